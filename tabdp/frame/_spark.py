@@ -414,8 +414,10 @@ def _spark_type(dt: Any) -> Any:
         return T.StringType()
     if isinstance(dt, pl.Datetime):
         return T.TimestampType()
+    if isinstance(dt, pl.Decimal):  # a key set of the data's decimal type (stop 64: refused)
+        return T.DecimalType(38 if dt.precision is None else dt.precision, dt.scale or 0)
     raise ColumnTypeError(f"key columns of dtype {dt} are not supported on Spark frames.\n"
-                          "Hint: use integer, float, string or date keys.")
+                          "Hint: use integer, float, decimal, string or date keys.")
 
 
 def _is_floatlike(st: Any) -> bool:
@@ -2015,8 +2017,12 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
         # at any depth: an unused column of such a type stopped every row-mode release with
         # Spark's HASH_MAP_TYPE error (review rev63k); hashed as its JSON text and its type
         # (timestamps at full precision in UTC: Spark's default JSON format keeps milliseconds
-        # in the session's time zone, so maps a microsecond apart hashed alike; review rev63d)
-        parts = [rid, F.to_json(F.col(column), _JSON_EXACT), F.lit(dtype.simpleString())]
+        # in the session's time zone, so maps a microsecond apart hashed alike; review rev63d),
+        # each map's entries sorted first (`_canonical`: the order of a map's entries is no
+        # part of its value; stop 64)
+        canon = _canonical(F.col(column), dtype)  # a variant's: its JSON text already
+        text = canon if type(dtype).__name__ == "VariantType" else F.to_json(canon, _JSON_EXACT)
+        parts = [rid, text, F.lit(dtype.simpleString())]
     elif isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
@@ -2027,7 +2033,42 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
 #: `to_json` options of a map's fingerprint: every timestamp at its full (microsecond)
 #: precision, in UTC whatever the session's time zone
 _JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
-               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "timeZone": "UTC"}
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "timeZone": "UTC",
+               "ignoreNullFields": "false"}
+
+
+def _canonical(col: Any, dtype: Any) -> Any:
+    """A value of ``dtype`` with every map (at any depth) as its entries sorted, for hashing.
+
+    A Spark map has no order of its own (Spark compares no maps; a map built from the same
+    entries in another order is the same value), but its JSON text follows the order its
+    entries happen to be stored in: two equal maps fingerprinted differently, so a frame
+    rebuilt with the same maps was refused as another frame (stop 64). A map becomes the
+    array of its ``(key, value)`` entries, sorted (keys are distinct, and orderable once their
+    own maps are arrays; a variant is its JSON text); nulls stay nulls, so a null map and an
+    empty one differ. Types without a map or a variant are left as they are.
+
+    Example:
+        >>> _canonical.__name__  # (PySpark columns: see tests/frame/test_spark.py)
+        '_canonical'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not _unhashable(dtype):
+        return col
+    if isinstance(dtype, T.MapType):
+        kt, vt = dtype.keyType, dtype.valueType
+        return F.array_sort(F.transform(F.map_entries(col), lambda e: F.struct(
+            _canonical(e.getField("key"), kt).alias("k"),
+            _canonical(e.getField("value"), vt).alias("v"))))
+    if isinstance(dtype, T.ArrayType):
+        et = dtype.elementType
+        return F.transform(col, lambda x: _canonical(x, et))
+    if isinstance(dtype, T.StructType):
+        return F.when(col.isNotNull(), F.struct(*[
+            _canonical(col.getField(f.name), f.dataType).alias(f.name) for f in dtype.fields]))
+    return F.to_json(col, _JSON_EXACT)  # a variant
 
 
 def _unhashable(dtype: Any) -> bool:

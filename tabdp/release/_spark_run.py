@@ -122,10 +122,16 @@ def read_declared(spark: Any, path: Path, schema: dict[str, Any], hive: bool | N
         The frame and ``{column: dtype}`` (the declared columns).
 
     Raises:
+        SpecError: Declared columns whose names differ only in letter case, on a
+            case-insensitive session (`refuse_case_clashes`; before any file is opened).
         DataValidationError: A data file is not readable Parquet.
     """
     from tabdp.release.declared import LOST, read_declared_spark
 
+    # the declared columns, before any file is opened: the same refusal as every Spark input
+    # (stop 64: a declared ``v`` and ``V`` failed as an unreadable input on a dataset where a
+    # file held both, and listed the internal columns otherwise)
+    _refuse_case_clashes(spark, list(schema))
     try:
         sdf = read_declared_spark(spark, path, schema, hive=hive, flag_lost=True)
         types = {k: str(v) for k, v in _pl_schema(sdf).items() if not k.startswith(LOST)}
@@ -177,11 +183,16 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
     Raises:
         SpecError: Columns whose names differ only in letter case.
     """
+    _refuse_case_clashes(spark, list(sdf.columns))
+
+
+def _refuse_case_clashes(spark: Any, columns: list[str]) -> None:
+    """`refuse_case_clashes` of a list of column names."""
     from tabdp.frame.backends.spark import case_clashes
 
     if str(spark.conf.get(_CASE, "false")).lower() == "true":
         return
-    clash = case_clashes(sdf.columns)
+    clash = case_clashes(columns)
     if clash:
         raise SpecError(
             "input", f"the input has columns whose names differ only in letter case ({clash}); "

@@ -845,6 +845,32 @@ def _spark_utf8(col: Any) -> Any:
     return F.when(valid, col)
 
 
+def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str, ColumnPlan]:
+    """A file's plan on a case-insensitive Spark session: a column with a twin is unreadable.
+
+    Spark's Parquet reader matches a requested column without regard to letter case
+    (``spark.sql.caseSensitive=false``, its default) and stops the job when a file holds two
+    matches (``v`` and ``V``): one such file stopped an author-mode run (exit 4) where its
+    neighbour without it ran (stop 64). Such a column is null in that file, as a column Spark
+    cannot read at all; decided from the file's footer alone.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pl.DataFrame({"v": [1], "V": [2], "w": [3]}).write_parquet(d / "a.parquet")
+        >>> _case_twins_unreadable(d / "a.parquet", {"v": ("column", pl.Int64),
+        ...                                          "w": ("column", pl.Int64)})
+        {'v': ('unreadable', Int64), 'w': ('column', Int64)}
+    """
+    if not any(how == "column" for how, _ in plan.values()):
+        return plan
+    lower: dict[str, int] = {}
+    for c in file_schema(file):
+        lower[c.lower()] = lower.get(c.lower(), 0) + 1
+    return {c: ("unreadable", what) if how == "column" and lower.get(c.lower(), 0) > 1
+            else (how, what) for c, (how, what) in plan.items()}
+
+
 def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
                         hive: bool | None = None, flag_lost: bool = False) -> Any:
     """The Spark twin of `scan_declared`: the same files, columns, folder values and nulls.
@@ -853,7 +879,9 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
     driver; no value is read there); each file column is read with the Spark type of its
     own Parquet type (a column Spark cannot read, `_spark_read_type`: null in that file),
     files with the same plan are read together, and every declared column is converted with
-    `convert_leniently_spark`; the groups are joined with ``unionByName``. Spark's own
+    `convert_leniently_spark`; on a case-insensitive session a file column with a twin in
+    letter case in the same file is null there too (`_case_twins_unreadable`: Spark cannot
+    read it apart). The groups are joined with ``unionByName``. Spark's own
     partition discovery and schema merging are never used: the first file, or one file's
     type, never decides another file's columns.
 
@@ -879,8 +907,11 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
     from pyspark.sql import types as T
 
     groups: dict[tuple[Any, ...], tuple[dict[str, ColumnPlan], list[Path]]] = {}
+    insensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() != "true"
     for file, plan in file_plans(path, schema, hive=hive,
                                  readable=lambda d: _spark_read_type(d) is not None):
+        if insensitive:
+            plan = _case_twins_unreadable(file, plan)
         key = tuple((c, how, repr(what)) for c, (how, what) in plan.items())
         groups.setdefault(key, (plan, []))[1].append(file)
     frames = []

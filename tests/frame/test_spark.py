@@ -1038,3 +1038,134 @@ def test_a_map_column_changed_by_a_microsecond_is_another_frame(spark, ntz):
         frame(2).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
                         mechanism=mech.Gaussian(5.0))
     assert len(s.records) == 1
+
+
+@pytest.mark.parametrize("unit", [None, "firm"])
+@pytest.mark.parametrize("precision", [10, 38])
+def test_decimal_keys_of_the_data_type_released_as_on_polars(spark, unit, precision):
+    """A key set of the data's decimal type (stop 64): refused on Spark only.
+
+    Spark had no type for a ``Decimal`` key set ("key columns of dtype Decimal(...) are not
+    supported on Spark frames"), while Polars released it. The same cells, keys in the input's
+    decimal type and values as Polars', for a sum, a count and a median, row and unit mode;
+    a null key and a key without data included.
+    """
+    from pyspark.sql import types as T
+
+    from tabdp.frame.releases import released_table
+
+    dec = pl.Decimal(precision, 2)
+    vals = [Decimal("1.50"), Decimal("2.00"), Decimal("-0.25"), None]
+    data = pl.DataFrame({"firm": [i % 5 for i in range(24)],
+                         "k": pl.Series([vals[i % 4] for i in range(24)], dtype=dec),
+                         "x": [float(i) for i in range(24)]})
+    keys = tabdp.KeySet.from_dict(k=pl.Series([Decimal("1.50"), Decimal("2.00"),
+                                               Decimal("-0.25"), Decimal("9.99"), None],
+                                              dtype=dec))
+    sdf = spark.createDataFrame(data.to_arrow())
+    assert sdf.schema["k"].dataType == T.DecimalType(precision, 2)
+    outs = []
+    for frame in (data, sdf):
+        s = tabdp.Session(unit=unit, seed=4, budget=50.0)
+        kw = {"by": "k", "keys": keys, "session": s}
+        got = [frame.dp.sum("x", mechanism=mech.Gaussian(3.0), **kw),
+               frame.dp.count(**kw),
+               frame.dp.median("x", bounds=(0.0, 24.0), epsilon=1.0, **kw)]
+        outs.append([released_table(o) for o in got])
+    for want, got in zip(*outs, strict=True):
+        assert got.schema == want.schema and got.schema["k"] == dec, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
+
+
+def test_equal_maps_in_another_entry_order_are_the_same_frame(spark):
+    """A map's entries in another order are the same map (stop 64): the same bound frame.
+
+    Spark has no order of a map's entries (it compares no maps), but the fingerprint hashed
+    a map's JSON text in stored order: a frame rebuilt with the same maps, entries in another
+    order, was refused as another frame (the Polars engines never fingerprint such a column).
+    At any depth: in an array, in a struct, as a map's value. A changed entry is still caught.
+    """
+    from pyspark.sql import functions as F
+
+    base = _spark_frame(spark, _data(12))
+
+    def frame(reverse: bool, value: int = 2) -> Any:
+        pairs = [(F.lit("a"), F.col("emp")), (F.lit("b"), F.lit(value))]
+        if reverse:
+            pairs.reverse()
+        m = F.create_map(*[x for p in pairs for x in p])
+        nested = F.create_map(F.lit("outer"), m, F.lit("other"), F.create_map(F.lit("z"),
+                                                                              F.lit(1)))
+        if reverse:
+            nested = F.create_map(F.lit("other"), F.create_map(F.lit("z"), F.lit(1)),
+                                  F.lit("outer"), m)
+        return base.withColumns({"m": m, "arr": F.array(m, F.create_map()),
+                                 "st": F.struct(m.alias("x"), F.lit(None).cast("int").alias("y")),
+                                 "nested": nested})
+
+    s = tabdp.Session(seed=0)
+    kw = {"by": ["county", "sector"], "keys": KEYS, "session": s}
+    frame(False).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    frame(True).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
+    with pytest.raises(tabdp.InvalidParameterError):
+        frame(True, value=3).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
+
+
+class _NoArrow:
+    """A Spark DataFrame as PySpark 3.5 gives it: no ``toArrow`` (`to_polars`' other branch)."""
+
+    def __init__(self, sdf: Any) -> None:
+        self._sdf = sdf
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "toArrow":
+            raise AttributeError(name)
+        return getattr(self._sdf, name)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Kolkata"])
+def test_to_polars_without_to_arrow_equals_the_arrow_branch(spark, zone):
+    """`to_polars` on PySpark 3.5 (no ``DataFrame.toArrow``; `.ci/spark-floor`), stop 64.
+
+    Forced here on the installed PySpark: its table must be the Arrow branch's, dtype for
+    dtype and value for value, in and out of UTC. Through pandas, a ``timestamp`` was the
+    session zone's wall time (Arrow branch: the UTC wall time), a ``timestamp_ntz`` and a
+    ``date`` took pandas' nanosecond dtypes, an integer column with a null came back
+    ``Float64`` (``2**53 + 1`` rounded) and a NaN key was null.
+    """
+    import datetime as dt
+
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import to_polars
+
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        t = [dt.datetime(2020, 1, 1, 0, 30), dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+             None]
+        data = pl.DataFrame({
+            "ts": pl.Series(t, dtype=pl.Datetime("us", "UTC")),
+            "ntz": pl.Series(t, dtype=pl.Datetime("us")),
+            "d": [dt.date(2020, 1, 1), dt.date(1900, 3, 1), None],
+            "i": [2**53 + 1, None, -3],
+            "f": [float("nan"), None, 1.5],
+            "s": ["a", None, "c"],
+            "dec": pl.Series([Decimal("1.50"), None, Decimal("-0.25")], dtype=pl.Decimal(10, 2)),
+        })
+        sdf = spark.createDataFrame(data.to_arrow(), T.StructType([
+            T.StructField("ts", T.TimestampType()), T.StructField("ntz", T.TimestampNTZType()),
+            T.StructField("d", T.DateType()), T.StructField("i", T.LongType()),
+            T.StructField("f", T.DoubleType()), T.StructField("s", T.StringType()),
+            T.StructField("dec", T.DecimalType(10, 2))]))
+        assert isinstance(sdf.schema["ts"].dataType, T.TimestampType)
+        assert isinstance(sdf.schema["ntz"].dataType, T.TimestampNTZType)
+        want = to_polars(sdf)
+        assert want["ts"].to_list() == t and want["ntz"].to_list() == t  # UTC wall times
+        got = to_polars(_NoArrow(sdf))
+        assert got.schema == want.schema, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)

@@ -371,3 +371,51 @@ def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None
         got = sorted(tuple(r) for r in read_declared_spark(spark, d, schema).collect())
         assert got == want, rel
         assert len(want) == (1 if rel.endswith(" ") else 2), rel
+
+
+def _spark_views(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+                 ) -> list[tuple[int, str, str]]:
+    text = R12_SPEC.format(extra="[randomness]\nseed = 7")
+    return [_r12_run(s, monkeypatch, text, "--test-seed", "--engine", "spark") for s in servers]
+
+
+def test_spark_file_with_a_twin_in_letter_case_is_null_there(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' adds a file with columns ``v`` and ``V`` (stop 64): Spark cannot read ``v`` apart.
+
+    Spark's Parquet reader (case insensitive, its default) stopped the job on that file:
+    D' exited 4, D 0, where Polars runs both. ``v`` is now null in that file (as a column
+    Spark cannot read), counted for the curator; the run is the same on D and D'.
+    """
+    pa = pytest.importorskip("pyarrow")
+    servers = _r12_servers(tmp_path, INTS, None, extra_cols={"V": pa.array([7], pa.int64())},
+                           seeded=True)
+    views = _spark_views(servers, monkeypatch)
+    assert views[0][0] == 0, views[0]
+    assert views[0] == views[1]
+    tables = [pl.read_parquet(s / "releases" / "r12" / "public" / "t.parquet") for s in servers]
+    assert tables[0].equals(tables[1])  # the record's v is null, then dropped
+    rules = [json.loads((s / "releases" / "r12" / "confidential" / "confidential.json")
+                        .read_text())["input_rules"] for s in servers]
+    assert rules[0]["declared_nulls"]["v"] == 1 and rules[1]["declared_nulls"]["v"] == 0
+
+
+def test_spark_declared_columns_equal_in_letter_case_refused_as_other_inputs(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A declared schema with ``v`` and ``V`` (stop 64): the refusal of every Spark input.
+
+    The same error class and message as an input read with columns equal in letter case
+    (`refuse_case_clashes`), in the confidential ``failure.json``; exit 4 (after the input
+    was opened, as that refusal) on D and D' alike, whether or not a file holds both.
+    """
+    pa = pytest.importorskip("pyarrow")
+    servers = _r12_servers(tmp_path, {**INTS, "V": "Int64"}, None,
+                           extra_cols={"V": pa.array([7], pa.int64())}, seeded=True)
+    views = _spark_views(servers, monkeypatch)
+    assert views[0][0] == 4, views[0]
+    assert views[0] == views[1]
+    for s in servers:
+        failure = json.loads((s / "releases" / "r12" / "confidential" / "failure.json")
+                             .read_text())
+        assert failure["error"] == "SpecError", failure
+        assert "differ only in letter case ([['v', 'V']])" in failure["message"]

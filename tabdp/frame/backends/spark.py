@@ -54,7 +54,9 @@ def to_polars(sdf: Any) -> pl.DataFrame:
 
     A ``timestamp`` column is a ``Datetime`` without a zone (its UTC wall time), the dtype
     the Spark engine checks it as and the Polars engine publishes for the same data (Arrow
-    gave it a UTC zone; stop 63); a ``timestamp_ntz`` one is its wall time already.
+    gave it a UTC zone; stop 63); a ``timestamp_ntz`` one is its wall time already. Without
+    ``DataFrame.toArrow`` (PySpark 3.5) the rows are collected as Python values
+    (`_collected`): the same frame, never through pandas.
 
     Example:
         >>> to_polars(pl.DataFrame({"a": [1]})).height
@@ -71,8 +73,46 @@ def to_polars(sdf: Any) -> pl.DataFrame:
                     and getattr(out.schema[f.name], "time_zone", None) is not None]
         return out.with_columns(pl.col(c).dt.convert_time_zone("UTC")
                                 .dt.replace_time_zone(None) for c in instants)
-    with quiet():
-        return pl.from_pandas(sdf.toPandas())
+    return _collected(sdf)
+
+
+def _collected(sdf: Any) -> pl.DataFrame:
+    """`to_polars` without ``toArrow`` (PySpark 3.5): the rows as Python values, typed.
+
+    Each column in the dtype `_key_dtypes` gives its Spark type (as the Arrow branch's), a
+    ``timestamp`` as its microseconds since 1970 (Spark's ``unix_micros``: PySpark turns an
+    instant into the *driver's* local wall time). Until stop 64 this went through pandas: a
+    ``timestamp`` was the session zone's wall time (the Arrow branch: the UTC wall time), an
+    integer column holding a null came back ``Float64`` (``2**53 + 1`` rounded) and a NaN
+    was null.
+
+    Example:
+        >>> _collected.__name__  # needs a SparkSession: see tests/frame/test_spark.py
+        '_collected'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame._spark import _key_dtypes
+
+    fields = list(sdf.schema.fields)
+    instant = [isinstance(f.dataType, T.TimestampType) for f in fields]
+    quoted = ["`" + f.name.replace("`", "``") + "`" for f in fields]
+    # (SQL's unix_micros: PySpark 3.5.0's functions may lack its wrapper)
+    picked = sdf.select(*[F.expr(f"unix_micros({q})").alias(f.name) if i else F.col(q)
+                          for f, q, i in zip(fields, quoted, instant, strict=True)])
+    rows = picked.collect()
+    dtypes = _key_dtypes({f.name: f.dataType for f in fields})
+    cols = []
+    for k, (f, i) in enumerate(zip(fields, instant, strict=True)):
+        values = [r[k] for r in rows]
+        if i:
+            cols.append(pl.Series(f.name, values, dtype=pl.Int64).cast(pl.Datetime("us")))
+            continue
+        dt = dtypes[f.name]
+        concrete = not (dt == pl.Object or isinstance(dt, (pl.List, pl.Struct)))
+        cols.append(pl.Series(f.name, values, dtype=dt if concrete else None))
+    return pl.DataFrame(cols)
 
 
 def local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
