@@ -1421,6 +1421,23 @@ def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
 
 
 # -- keys -------------------------------------------------------------------------------------
+def _key_compare_dtype(st: Any) -> Any:
+    """The Polars dtype a Spark key column is matched as (`common_dtype`), without data.
+
+    `_pl_dtype`, and the kinds it leaves as ``Object``: a ``timestamp_ntz`` is a ``Datetime``
+    and an interval a ``Duration``, so that integer keys against them are refused as on Polars
+    (stop 64: an interval's cast to ``bigint`` is its seconds, and the key ``1`` took the rows
+    of one second; ``timestamp_ntz`` against integer keys failed in Spark's analysis).
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(st, T.TimestampNTZType):
+        return pl.Datetime("us")
+    if isinstance(st, (T.DayTimeIntervalType, T.YearMonthIntervalType)):
+        return pl.Duration("us")
+    return _pl_dtype(st)
+
+
 def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
                ) -> tuple[pl.DataFrame, list[Any], dict[str, Any], Any]:
     """The key set as `_attach_cells` joins it, and every refusal of the cells (no data read).
@@ -1439,7 +1456,7 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
     on_data: dict[str, Any] = {}
     bad = F.lit(False)
     for i, c in enumerate(by):
-        have = _pl_dtype(schema[c])
+        have = _key_compare_dtype(schema[c])
         want = keys_pl.schema[c]
         target = common_dtype(c, have, want)
         if target is None:

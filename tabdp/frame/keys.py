@@ -381,8 +381,72 @@ class KeySet:
 _TEXT = (pl.String, pl.Categorical, pl.Enum)
 
 
+def _key_kind(dtype: Any) -> str | None:
+    """The kind of values a key dtype holds (`common_dtype`); None: any kind or not a scalar.
+
+    Integers of every width, floats and decimals are numbers; ``Date`` and ``Datetime`` (any
+    unit, any zone) are dates and times; ``Duration`` (any unit) durations; ``Time`` times of
+    day. ``Null`` (a column or key set of nulls only) holds no value to misread; lists,
+    structs and objects are left to the conversion checks.
+    """
+    if isinstance(dtype, _TEXT):
+        return "text"
+    if dtype == pl.Binary:
+        return "bytes"
+    if dtype == pl.Boolean:
+        return "Booleans"
+    if dtype.is_numeric():
+        return "numbers"
+    if dtype == pl.Date or isinstance(dtype, pl.Datetime):
+        return "dates and times"
+    if isinstance(dtype, pl.Duration):
+        return "durations"
+    if dtype == pl.Time:
+        return "times of day"
+    return None
+
+
+#: (the data's kind, the key set's kind) pairs that are compared although the kinds differ:
+#: bytes against text (compared as bytes), and a date, timestamp or time of day against text
+#: keys (compared as its text, its UTC wall time for a timestamp; docs/privacy-semantics.md).
+_KINDS_COMPARED = frozenset({("bytes", "text"), ("text", "bytes"), ("dates and times", "text"),
+                             ("times of day", "text")})
+
+
+def _check_key_kinds(col: str, have: Any, want: Any) -> None:
+    """Refuse keys of another kind of value than the data's (decided from the two dtypes).
+
+    Polars converts integers to dates (a day number), durations and timestamps (microseconds),
+    times of day (nanoseconds) and Booleans (``1`` is ``True``), and the reverse; matched that
+    way, the key ``1970-01-02`` took the rows holding ``1`` and published them as its cell
+    (stop 64). What a number means as a date is the caller's to say: only keys of the data's
+    kind are compared (`_key_kind`, with the pairs of `_KINDS_COMPARED`).
+    """
+    kh, kw = _key_kind(have), _key_kind(want)
+    if kh is None or kw is None or kh == kw or (kh, kw) in _KINDS_COMPARED:
+        return
+    raise ColumnTypeError(
+        f"key column {col!r} is {have} in the data ({kh}) but {want} in the key set ({kw}); "
+        f"tabdp cannot compare {kh} with {kw} as keys: it would have to choose what a value "
+        "of one kind means in the other (a day number for a date, microseconds for a "
+        "duration, 1 for True), and rows would fall silently into the wrong cells. Keys "
+        "are compared with data of the same kind only: numbers of any width or type "
+        "(integers, floats, decimals), text (String, Categorical, Enum), Booleans, dates "
+        "and datetimes, durations, times of day (and dates, datetimes or times of day "
+        "against text keys, compared as their text).\nHint: cast the data's key column or "
+        "the key set to one kind first, saying what the values mean: build the key set "
+        "with values of the data's type, or convert the column before the release (e.g. "
+        "pl.from_epoch(pl.col(c), time_unit='d') for day numbers as dates, "
+        "pl.col(c).cast(pl.Int64) for Booleans as 0/1).")
+
+
 def common_dtype(col: str, have: Any, want: Any) -> Any:
     """The dtype in which data keys and public keys are compared (decided without data).
+
+    Keys are compared with data of the same kind only (`_check_key_kinds`): numbers with
+    numbers (integers of any width, floats, decimals), text with text, Booleans, dates and
+    datetimes, durations and times of day each with their own kind (and bytes with text, a
+    date, datetime or time of day with text keys).
 
     Args:
         col: The key column (for the message).
@@ -393,11 +457,16 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
         ``None`` when the dtypes agree, else the comparison dtype.
 
     Raises:
-        ColumnTypeError: Numbers against text.
+        ColumnTypeError: Numbers against text; values of two different kinds (numbers against
+            dates, durations, times of day or Booleans; Booleans against dates...).
 
     Example:
         >>> common_dtype("s", pl.Int32, pl.Int64), common_dtype("s", pl.Int32, pl.Float64)
         (Int128, Float64)
+        >>> common_dtype("s", pl.Int64, pl.Date)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.ColumnTypeError: key column 's' is Int64 in the data (numbers) but Date ...
     """
     if have == want:
         return None
@@ -419,6 +488,7 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
             "not convert between numbers and text for keys, because codes such as '06037' and "
             "6037 would silently fall into different cells.\nHint: build the key set with "
             "values of the data's type (e.g. strings '06037' vs integers 6037).")
+    _check_key_kinds(col, have, want)
     return want
 
 
@@ -620,7 +690,8 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
                     ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
     """The key set against the data's schema: every refusal of the cell matching, no data read.
 
-    Text against numbers, key values that cannot be converted to the comparison dtype, and
+    Text against numbers, keys of another kind than the data's (numbers against dates...),
+    key values that cannot be converted to the comparison dtype, and
     distinct keys that become equal there are refused from the key set and the schema alone, so
     a release (or a batch of releases, before any of them runs) can be checked up front.
 
@@ -635,9 +706,10 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
 
     Raises:
         ColumnTypeError: Key dtypes that cannot be compared with the data's (numbers against
-            text; timestamps of a time zone other than UTC against keys without a zone, or
-            the reverse; a data dtype Polars does not convert to the comparison dtype, such
-            as text against date keys).
+            text; keys of another kind of value than the data's, such as integers against
+            dates, durations or Booleans (`common_dtype`); timestamps of a time zone other
+            than UTC against keys without a zone, or the reverse; a data dtype Polars does not
+            convert to the comparison dtype, such as bytes against Categorical keys).
 
     Example:
         >>> k = KeySet.from_dict(s=[1, 2])

@@ -1,0 +1,163 @@
+"""Key dtypes of different kinds (numbers, dates, durations, Booleans) are never compared.
+
+Origin: stop 64. The cell matching converted the data's keys to the key set's dtype whenever
+Polars could: integer data against date keys compared day numbers (the key 1970-01-02 matched
+the data value 1), against duration keys microseconds, Boolean data against integer keys
+matched ``True`` to ``1``, and dates against integer keys the other way round. Such releases
+ran silently and published wrong cells. The pairing is refused now from the two dtypes alone
+(never from the values), on every engine, before any data is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+import re
+
+import pandas as pd
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp.exceptions import ColumnTypeError
+from tabdp.frame.keys import common_dtype
+from tabdp.mechanisms import Gaussian
+
+TINY = Gaussian(1e-4)  # nearly noiseless: estimates are checked to a few hundred sigma
+
+# (data column, key set's values): each pair converts in Polars and matched rows before
+REFUSED = {
+    "int-date": (pl.Series([1, 5], dtype=pl.Int64), [dt.date(1970, 1, 2)]),
+    "int-datetime": (pl.Series([1, 5], dtype=pl.Int32), [dt.datetime(1970, 1, 1, 0, 0, 0, 1)]),
+    "int-duration": (pl.Series([1, 5], dtype=pl.Int64), [dt.timedelta(microseconds=1)]),
+    "int-time": (pl.Series([1000, 5], dtype=pl.Int64), [dt.time(0, 0, 0, 1)]),
+    "uint-date": (pl.Series([1, 5], dtype=pl.UInt8), [dt.date(1970, 1, 2)]),
+    "float-date": (pl.Series([1.0, 5.0]), [dt.date(1970, 1, 2)]),
+    "int-boolean": (pl.Series([1, 5], dtype=pl.Int64), [True]),
+    "float-boolean": (pl.Series([1.0, 5.0]), [True]),
+    "boolean-int": (pl.Series([True, False]), [1]),
+    "boolean-float": (pl.Series([True, False]), [1.0]),
+    "date-int": (pl.Series([dt.date(1970, 1, 2), dt.date(2020, 1, 1)]), [1]),
+    "datetime-int": (pl.Series([dt.datetime(1970, 1, 1, 0, 0, 0, 1)]), [1]),
+    "duration-int": (pl.Series([dt.timedelta(microseconds=1)]), [1]),
+    "time-float": (pl.Series([dt.time(0, 0, 0, 1)]), [1000.0]),
+}
+
+
+def _frame(data: pl.Series) -> pl.DataFrame:
+    return pl.DataFrame({"k": data, "x": [1.0] * len(data)})
+
+
+@pytest.mark.parametrize("pair", list(REFUSED))
+def test_keys_of_another_kind_are_refused_from_the_dtypes(pair: str) -> None:
+    data, key = REFUSED[pair]
+    keys = tabdp.KeySet.from_dict(k=key)
+    want = keys.to_polars().schema["k"]
+    full, empty = _frame(data), _frame(data).clear()
+    frames: list[object] = [full, full.lazy(), empty, empty.lazy()]
+    if data.dtype != pl.UInt8:  # pandas has no Polars-only dtypes to lose here
+        frames.append(full.to_pandas())
+    for frame in frames:
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match="cannot compare") as err:
+            frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)  # type: ignore[attr-defined]
+        msg = str(err.value)
+        # both dtypes, what is allowed and the fix; no key value of the data
+        assert str(want).split("(")[0] in msg and "Hint:" in msg and "cast" in msg
+        assert "same kind" in msg
+        assert s.records == []
+
+
+def test_the_rule_is_decided_once_above_the_engines() -> None:
+    """`common_dtype` (the Polars and Spark engines' shared rule) refuses the pairs itself."""
+    for data, key in REFUSED.values():
+        want = tabdp.KeySet.from_dict(k=key).to_polars().schema["k"]
+        with pytest.raises(ColumnTypeError, match=re.escape(str(data.dtype))):
+            common_dtype("k", data.dtype, want)
+
+
+@pytest.mark.parametrize(("data", "key", "dtype"), [
+    (pl.Series([1, 5], dtype=pl.Int32), [1, 2], pl.Int64),  # integers of any width
+    (pl.Series([1, 5], dtype=pl.UInt16), [1, 2], pl.Int64),
+    (pl.Series([1, 5], dtype=pl.Int64), [1.0, 2.0], pl.Float64),  # integers and floats
+    (pl.Series([1.0, 5.0]), [1, 2], pl.Int64),
+    (pl.Series(["a", "e"], dtype=pl.Categorical), ["a", "b"], pl.String),
+    (pl.Series([dt.date(2020, 1, 1), dt.date(2020, 1, 5)]),
+     [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2)], pl.Datetime),  # dates and datetimes
+    (pl.Series([dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 5)]),
+     [dt.date(2020, 1, 1), dt.date(2020, 1, 2)], pl.Date),
+    (pl.Series([dt.timedelta(1), dt.timedelta(5)], dtype=pl.Duration("ms")),
+     [dt.timedelta(1), dt.timedelta(2)], pl.Duration),  # durations of any unit
+    (pl.Series([True, None]), [True, False], pl.Boolean),  # a null key: outside
+])
+def test_keys_of_the_same_kind_still_match(data: pl.Series, key: list, dtype: object) -> None:
+    keys = tabdp.KeySet.from_dict(k=key)
+    assert isinstance(keys.to_polars().schema["k"], dtype)  # type: ignore[arg-type]
+    df = _frame(data).with_columns(x=pl.Series([2.0, 3.0]))
+    for frame in (df, df.lazy(), df.to_pandas()):
+        s = tabdp.Session(seed=1)
+        out = frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)  # type: ignore[attr-defined]
+        got = (pl.from_pandas(out) if isinstance(out, pd.DataFrame) else out)["x"]
+        assert [round(v, 2) for v in got.to_list()] == [2.0, 0.0]
+        assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
+
+
+@pytest.mark.spark
+def test_spark_refuses_keys_of_another_kind(spark: object) -> None:
+    """The Spark engine's own key comparison takes the same rule (`common_dtype`).
+
+    Before: integer data against date keys failed in Spark's analysis (not a ColumnTypeError),
+    an interval column against integer keys matched its seconds (the key 1 took the rows of one
+    second), and a ``timestamp_ntz`` column against integer keys failed in Spark's analysis.
+    """
+    sql = spark.sql  # type: ignore[attr-defined]
+    ints = sql("select 1L as k, 1.0d as x union all select 5L, 1.0d")
+    intervals = sql("select make_dt_interval(0, 0, 0, 1) as k, 1.0d as x")
+    stamps = sql("select timestamp_ntz'1970-01-01 00:00:01' as k, 1.0d as x")
+    for sdf, key in ((ints, [dt.date(1970, 1, 2)]), (ints, [True]), (intervals, [1]),
+                     (stamps, [1_000_000])):
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match="cannot compare"):
+            sdf.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=key), mechanism=TINY,
+                       session=s)
+        assert s.records == []
+
+
+@pytest.mark.parametrize(("have", "domain", "refused"), [
+    (pl.Int64, "[true, false]", True),  # Boolean domain, integer column
+    (pl.Boolean, "[0, 1]", True),  # integer domain, Boolean column
+    (pl.Int32, "[2023, 2024]", False),  # integers of another width: allowed
+    (pl.Boolean, "[true, false]", False),
+])
+def test_a_spec_domain_of_another_kind_is_refused_before_any_data(
+        tmp_path: pathlib.Path, have: object, domain: str, refused: bool) -> None:
+    """A spec's domains (curator mode) go through the same rule, from the input's schema."""
+    from tabdp.exceptions import SpecError
+    from tabdp.release.input_schema import check_input_schema
+    from tabdp.release.spec import load_spec
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[release]
+name = "kinds"
+[input]
+path = "{(tmp_path / 'd.parquet').as_posix()}"
+unit = "id"
+[domains]
+k = {domain}
+[output]
+public = "{(tmp_path / 'pub').as_posix()}"
+confidential = "{(tmp_path / 'conf').as_posix()}"
+[[tables]]
+name = "n"
+kind = "count"
+by = ["k"]
+mechanism = {{ family = "gaussian", sigma = 1.0 }}
+""")
+    schema = {"id": pl.Int64, "k": have}
+    if not refused:
+        check_input_schema(load_spec(spec), schema, source="the input")
+        return
+    with pytest.raises(SpecError, match="cannot compare") as err:
+        check_input_schema(load_spec(spec), schema, source="the input")
+    assert err.value.path == "tables[0].by[0]"
