@@ -658,6 +658,23 @@ def _probe_sample(dtype: Any) -> pl.Series | None:
             return pl.Series([False])
         if dtype.is_numeric() or dtype.is_temporal():
             return pl.Series([0]).cast(dtype)
+        if isinstance(dtype, (pl.List, pl.Array)):
+            # a list of one inner value: an empty or null list converts whatever the inner
+            # dtypes, so only a row holding a value met a cast Polars refuses (review rev64r)
+            inner = _probe_sample(dtype.inner)
+            if inner is None:
+                return None
+            if isinstance(dtype, pl.List):
+                return pl.Series([inner.to_list()], dtype=dtype)
+            size = int(np.prod(dtype.shape))
+            return pl.Series([inner.to_list() * size]).cast(pl.List(dtype.inner)).cast(dtype)
+        if isinstance(dtype, pl.Struct):
+            fields = [_probe_sample(f.dtype) for f in dtype.fields]
+            if any(f is None for f in fields):
+                return None
+            return pl.DataFrame([f.alias(d.name) for f, d in zip(fields, dtype.fields,
+                                                                 strict=True)
+                                 if f is not None]).to_struct().cast(dtype)
     except Exception:  # noqa: BLE001 - no sample of this dtype: nothing to probe
         return None
     return None

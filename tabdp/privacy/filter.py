@@ -91,7 +91,10 @@ def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T,
     for i, r in enumerate(rho):
         new = r if i == 0 else add(new, r)  # 0 + r is r: exact
     if isinstance(prior_rho, np.ndarray) and isinstance(new, np.ndarray) and isinstance(
-            limit, (int, float)) and prior_rho.shape == new.shape and prior_rho.ndim == 1:
+            limit, (int, float)) and prior_rho.shape == new.shape and prior_rho.ndim == 1 and (
+            prior_rho.dtype == np.float64 and new.dtype == np.float64):
+        # (float64 only: `add_up` adds in float64, and a float32 sum, or an integer array's
+        # in-place product, would not be the doubles it compares)
         return _admits_sum(float(limit), prior_rho, new)
     return add(prior_rho, new) <= limit
 

@@ -89,3 +89,23 @@ def test_constant_budget_decides_like_the_rounded_up_sum_and_adds_only_near_the_
         # several currencies: their sum rounded up first, as before
         two = filt.constant_admits(limit, [new * 0.5, new * 0.5], prior, np.zeros(n))
         assert np.array_equal(two, add_up(prior, add_up(new * 0.5, new * 0.5)) <= limit)
+
+
+def test_constant_budget_decides_float32_and_integer_losses_as_the_rounded_up_double_sum(
+        ) -> None:
+    """Losses that are not float64: the decision of ``add_up`` (float64) itself.
+
+    The plain-sum shortcut added float32 arrays in float32 (0.5 + (0.5 + 2**-24) rounded to
+    1.0: a unit over a budget of 1.0 admitted) and multiplied integer arrays in place (a
+    NumPy casting error); `add_up` converts both to float64 first.
+    """
+    from tabdp._numeric import add_up
+    from tabdp.privacy.filter import constant_admits
+
+    prior = np.array([0.5, 0.25], dtype=np.float32)
+    new = np.array([0.5 + 2.0**-24, 0.5], dtype=np.float32)
+    want = add_up(prior, new) <= 1.0
+    assert want.tolist() == [False, True]
+    assert constant_admits(1.0, [new], prior, np.zeros(2)).tolist() == want.tolist()
+    ints = constant_admits(3.0, [np.array([1, 3])], np.array([2, 0]), np.zeros(2))
+    assert ints.tolist() == (add_up(np.array([2, 0]), np.array([1, 3])) <= 3.0).tolist()

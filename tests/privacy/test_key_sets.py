@@ -316,3 +316,38 @@ def test_binary_keys_against_text_keys_compare_as_bytes() -> None:
         out = out if isinstance(out, pl.DataFrame) else pl.from_pandas(out)
         assert out["x"].round(2).to_list() == [1.0, 4.0, 8.0, 0.0]
         assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
+
+
+# origin: review rev64r. The probe of rev64b had no value of a nested dtype: list keys of text
+# against list-of-date keys ran when every record's list was null and failed with Polars' own
+# error when one record held a value, so whether the release ran told whether such a record
+# existed. A list (struct) of one probe value is converted now: refused from the dtypes.
+@pytest.mark.parametrize("data", [
+    pl.Series([None, None], dtype=pl.List(pl.String)),
+    pl.Series([["2020-01-01"], None], dtype=pl.List(pl.String)),
+    pl.Series([{"d": None}, None], dtype=pl.Struct({"d": pl.String})),
+    pl.Series([{"d": "2020-01-01"}, None], dtype=pl.Struct({"d": pl.String})),
+])
+def test_nested_key_dtypes_polars_cannot_convert_are_refused_whatever_the_data(data) -> None:
+    import datetime as dt
+
+    day = dt.date(2020, 1, 1)
+    want = ([[day]], pl.List(pl.Date)) if isinstance(data.dtype, pl.List) else \
+        ([{"d": day}], pl.Struct({"d": pl.Date}))
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series(want[0], dtype=want[1])}))
+    df = pl.DataFrame({"k": data, "x": [1.0, 2.0]})
+    with pytest.raises(ColumnTypeError, match="cannot compare"):
+        df.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1.0), nulls="zero",
+                  negatives="zero", session=tabdp.Session(seed=1))
+
+
+def test_nested_keys_that_convert_still_match() -> None:
+    import datetime as dt
+
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series([[dt.date(2020, 1, 1)]],
+                                                     dtype=pl.List(pl.Date))}))
+    df = pl.DataFrame({"k": pl.Series([[dt.datetime(2020, 1, 1)], None],
+                                      dtype=pl.List(pl.Datetime("ms"))), "x": [1.0, 2.0]})
+    out = df.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), nulls="zero",
+                    negatives="zero", session=tabdp.Session(seed=1))
+    assert out["x"].round(2).to_list() == [1.0]

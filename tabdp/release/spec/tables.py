@@ -433,8 +433,13 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
             _check_releasable(m, _join(f"{tp}.shares", lb), {"family": raw_mech["family"],
                                                               **m.params()})
     opts = {o: _parse_option(d, o, tp, consistent, grid) for o in ("nonnegative", "integer")}
-    if opts["integer"] and grid is None:
-        _check_integer_default_grid(tp, [mech, *level_mechs.values()], kind, measures)
+    if opts["integer"] and not isinstance(grid, (int, float)):
+        # the measures the grid leaves out (all of them without one) are published on their
+        # mechanisms' default grids (review rev64r: a per-measure grid naming one measure)
+        names = [m for m in (measures if kind == "sum" and measures else ("count",))
+                 if grid is None or m not in grid]
+        _check_integer_default_grid(tp, [mech, *level_mechs.values()], names,
+                                    partial=grid is not None)
     if grid is not None:
         checked: list[tuple[str | None, Any]] = [(None, mech), *level_mechs.items()]
         for level_label, level_mech in checked:
@@ -481,24 +486,28 @@ def _parse_option(d: Mapping[str, Any], key: str, tp: str, consistent: bool,
     return on
 
 
-def _check_integer_default_grid(tp: str, mechs: Sequence[Any], kind: str,
-                                measures: Sequence[str]) -> None:
-    """``integer = true`` without a grid: every mechanism's default grid must be 1.
+def _check_integer_default_grid(tp: str, mechs: Sequence[Any], names: Sequence[str], *,
+                                partial: bool = False) -> None:
+    """``integer = true``: the default grid of every mechanism must be 1 for ``names``.
 
-    The run publishes a consistent table on its mechanisms' default grids when the spec leaves
-    ``grid`` out, and the whole-number rounding needs a grid of 1; refused here, before any
-    data is read, rather than by the consistent step after the release.
+    ``partial``: the table has a per-measure grid that leaves ``names`` out (else no grid).
+    The run publishes a consistent table's measures that ``grid`` leaves out (all of them when
+    the spec has no grid) on its mechanisms' default grids, and the whole-number rounding needs
+    a grid of 1; refused here, before any data is read, rather than by the consistent step
+    after the release.
     """
-    names = measures if kind == "sum" and measures else ("count",)
     for m in mechs:
         for name in names:
             one = m.measure_mechanism(name) if getattr(m, "joint", False) else m
             g = one.default_grid()
             step = float(g) if isinstance(g, (int, float)) and not isinstance(g, bool) else None
             if step is not None and step != 1.0:
+                left = (f"the table's grid leaves measure {name!r} out" if partial else
+                        "the table leaves grid out")
                 _fail(f"{tp}.integer",
-                      f"integer = true rounds to whole numbers; the table leaves grid out, so "
-                      f"its estimates are on the mechanism's default grid {_show(step)}.",
+                      f"integer = true rounds to whole numbers; {left}, so its estimates are "
+                      f"on the mechanism's default grid {_show(step)}.",
+                      f"set {name} = 1.0 in grid, or remove integer." if partial else
                       "set grid = 1.0, or remove integer.")
 
 
