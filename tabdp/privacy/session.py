@@ -218,9 +218,6 @@ class Session:
         self.lifetime = _check_lifetime(ledger, unit, _row_ids, _read_only_ledger)
         #: Releases of the series committed before this session (public).
         self._lifetime_before = None if self.lifetime is None else self.lifetime.releases
-        #: The session's releases committed to its lifetime ledger so far (their curves are
-        #: recorded with each commit).
-        self._lifetime_committed = 0
         #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
         #: with joins that keep one row per record), so each release bounds a record to one
         #: cell. Never decided from the data.
@@ -552,7 +549,6 @@ class Session:
         if led.autocommit:
             led.commit(label=record.name, release=record.name,
                        public_curve=records_curve(led.pending_releases))
-            self._lifetime_committed = len(self.records)
 
     def commit_ledger(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
                       label: str | None = None, release: str | None = None,
@@ -618,7 +614,6 @@ class Session:
         entry = dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
                                           label=label, release=release,
                                           public_curve=public_curve))
-        self._lifetime_committed = len(self.records)
         return entry
 
     # -- reporting ----------------------------------------------------------------------------
