@@ -10,7 +10,6 @@ nothing here tests which engine it is.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -63,7 +62,7 @@ from tabdp.release._plan import (
 from tabdp.release._staging import NOT_FOR_PUBLICATION, _json, _set_tree, _Staging
 from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.publish import publish
-from tabdp.release.rollup import rollup
+from tabdp.release.rollup import _rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
 
 if TYPE_CHECKING:
@@ -381,19 +380,20 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             target_keys = targets[r.label]
             maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
                     for col, (h, fine) in r.maps.items()}
-            with warnings.catch_warnings(record=True) as rollup_caught:
-                warnings.simplefilter("always", RuntimeWarning)
-                rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
-                                          target_by=list(r.by), maps=maps, mechanisms=mechs,
-                                          level=level, target_keys=target_keys)
-            if any(issubclass(w.category, RuntimeWarning) for w in rollup_caught):
+            # warn=False: no RuntimeWarning (the method's text says it); the coarsened
+            # measures are returned, never read from recorded warnings (process-wide: another
+            # thread's warning would change this public text)
+            rolled, _methods, coarsened = _rollup(
+                wide, by=list(t.by), measures=measures, target_by=list(r.by), maps=maps,
+                mechanisms=mechs, level=level, target_keys=target_keys, warn=False)
+            if coarsened:
                 # The numerical law had to coarsen its grid for this level's cell counts
                 # (public: they follow from the key sets): say so next to the method.
                 entry = next(e for e in _summary_table(summary, t.name)["rollups"]
                              if e["label"] == r.label)
                 entry["moe_method"] = {
                     m: (v + " — at this level the FFT grid had to be coarsened, so the stated "
-                        "accuracy is not guaranteed" if v.startswith("numerical") else v)
+                        "accuracy is not guaranteed" if m in coarsened else v)
                     for m, v in entry["moe_method"].items()}
             rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
             table_keys[_file_name(t, r)] = list(r.by)

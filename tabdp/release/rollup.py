@@ -72,6 +72,13 @@ from tabdp.mechanisms import DEFAULT_LEVEL, LawOfSums, Mechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
 from tabdp.noise import NoiseDistribution
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
+from tabdp.release._rollup_input import (
+    _examples,
+    _float_column,
+    _group_ids,
+    _map_column,
+    _names,
+)
 
 __all__ = ["sum_error_law", "sum_error_method", "rollup"]
 
@@ -121,6 +128,31 @@ def _log1p_sq(x: np.ndarray) -> np.ndarray:
     return np.log1p(x * x)
 
 
+def _fixed_dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``Σ a_i·b_i`` in an order fixed by the length alone (NumPy's pairwise sum of the products).
+
+    Not ``np.dot``: OpenBLAS splits a long dot product between its threads, so its rounding (and
+    the published margins' last bits) would depend on the machine's number of cores. The
+    pairwise sum is also more accurate (measured on the margins' sums: at most 2.7e-16 of
+    ``Σ|a_i·b_i|`` from the exact sum, against 6.9e-16 for the BLAS dot).
+
+    Example:
+        >>> _fixed_dot(np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0]))
+        32.0
+    """
+    return float(np.sum(a * b))
+
+
+def _fixed_matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``m @ v`` with each row's sum pairwise, in a fixed order (see `_fixed_dot`).
+
+    Example:
+        >>> _fixed_matvec(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.0, 1.0])).tolist()
+        [3.0, 7.0]
+    """
+    return np.sum(m * v, axis=1)
+
+
 # ----------------------------------------------------------------------------------------------
 # Gil-Pelaez inversion (continuous laws)
 # ----------------------------------------------------------------------------------------------
@@ -130,15 +162,16 @@ def _solve_coverage(t: np.ndarray, w: np.ndarray, dt: float, level: float, x0: f
 
     ``C(x) = x·dt/π + (2·dt/π)·Σ w_m·sin(t_m·x)/t_m`` with ``w_m = φ(t_m)^n``, ``t_m = m·dt``: the
     trapezoid rule of the Gil-Pelaez integral, exact for the law periodized with period 2π/dt.
-    Safeguarded Newton (the derivative is twice the density) inside the bracket [0, xmax].
+    Safeguarded Newton (the derivative is twice the density) inside the bracket [0, xmax]. The
+    sums are fixed-order (`_fixed_dot`), so the margins do not depend on the BLAS threads.
     """
     c0 = dt / math.pi
     wt = w / t
 
     def cov(x: float) -> tuple[float, float]:
         s = t * x
-        return (c0 * x + 2.0 * c0 * float(np.dot(wt, np.sin(s))),
-                c0 + 2.0 * c0 * float(np.dot(w, np.cos(s))))
+        return (c0 * x + 2.0 * c0 * _fixed_dot(wt, np.sin(s)),
+                c0 + 2.0 * c0 * _fixed_dot(w, np.cos(s)))
 
     lo, hi = 0.0, xmax
     x = min(max(x0, 1e-300), xmax)
@@ -193,6 +226,16 @@ class _SumLaw:
         ``exact_one``: use the noise's own quantile for n = 1 (else the n-fold engine, for tests).
         """
         raise NotImplementedError
+
+    def margins(self, ns: np.ndarray, level: float) -> tuple[np.ndarray, float]:
+        """Margins for the distinct counts ``ns`` (>= 1), and the coarsest lattice step used.
+
+        The step is in units of the noise's core spread, 0 for the closed-form and exact
+        methods; above ``_H_REL_WARN`` the grid was coarsened and the 1e-6 claim may not hold.
+        It is returned, never inferred from warnings: recorded warnings are process-wide, so
+        another thread's would be taken for this computation's.
+        """
+        return self.moe(ns, level), 0.0
 
 
 class _GaussianLaw(_SumLaw):
@@ -324,7 +367,8 @@ class _IntegerLaw(_SumLaw):
             q2 = self.q * self.q
             return q2 / (q2 + 4.0 * self.p * s * s)
         if self.sigma <= 3.0:
-            num = self.wk[0] + 2.0 * np.cos(np.outer(t, self.k[1:])) @ self.wk[1:]
+            cos_tk = np.cos(np.outer(t, self.k[1:]))
+            num = self.wk[0] + 2.0 * _fixed_matvec(cos_tk, self.wk[1:])
             return num / (self.wk[0] + 2.0 * self.wk[1:].sum())
         # Poisson summation: Σ_k e^{-k²/2σ²} e^{itk} ∝ Σ_j e^{-σ²(t − 2πj)²/2}
         num = np.zeros(t.shape)
@@ -362,7 +406,7 @@ class _IntegerLaw(_SumLaw):
         y, t, w, big_n = prep
         hh = np.asarray(hs, dtype=np.float64).reshape(-1)
         terms = np.sin(np.outer(hh + 0.5, t)) / np.sin(0.5 * t)
-        cov = ((2.0 * hh + 1.0) + 2.0 * (terms @ w)) / big_n
+        cov = ((2.0 * hh + 1.0) + 2.0 * _fixed_matvec(terms, w)) / big_n
         # beyond the radius the periodized law covers everything (true coverage >= 1 − 1e-10)
         return np.where(hh >= y, 1.0, np.minimum(cov, 1.0))
 
@@ -577,7 +621,19 @@ class _LatticeLaw(_SumLaw):
         return phi, dt
 
     def moe(self, ns: np.ndarray, level: float, exact_one: bool = True) -> np.ndarray:
+        out, ratio = self._margins(ns, level, exact_one)
+        if ratio > _H_REL_WARN:
+            _warn_coarsened(self.noise, ratio, stacklevel=2)
+        return out
+
+    def margins(self, ns: np.ndarray, level: float) -> tuple[np.ndarray, float]:
+        return self._margins(ns, level, True)
+
+    def _margins(self, ns: np.ndarray, level: float,
+                 exact_one: bool) -> tuple[np.ndarray, float]:
+        """The margins and this call's largest step ratio (see `_SumLaw.margins`)."""
         out = np.empty(ns.shape)
+        ratio = 0.0
         # largest n first: its FFT is reused by smaller n while not more than 4x oversized
         order = np.argsort(-ns, kind="stable")
         grid: _Grid | None = None
@@ -607,19 +663,23 @@ class _LatticeLaw(_SumLaw):
                     self.nyquist_bound = max(self.nyquist_bound, bound)
                     m = q2
                 break
-            self.max_step_ratio = max(self.max_step_ratio, h / self.core)
+            ratio = max(ratio, h / self.core)
+            self.max_step_ratio = max(self.max_step_ratio, ratio)
             dt = grid.dt
             t = dt * np.arange(1, m + 1, dtype=np.float64)
             w = np.power(grid.phi[:m], n)
             x0 = _z(level) * self.sd * math.sqrt(n) if math.isfinite(self.sd) else 0.5 * x_hi
             out[i] = _solve_coverage(t, w, dt, level, x0, 0.5 * grid.period)
-        if self.max_step_ratio > _H_REL_WARN:
-            warnings.warn(
-                f"sum_error_law: the numerical convolution of {self.noise!r} needed a lattice step "
-                f"of {self.max_step_ratio:.3g} x its core spread (FFT capped at {_N_CAP} points: "
-                "very heavy tails with very many cells); the margins of error may be off by more "
-                "than 1e-6 relative.", RuntimeWarning, stacklevel=3)
-        return out
+        return out, ratio
+
+
+def _warn_coarsened(noise: object, ratio: float, stacklevel: int) -> None:
+    """The RuntimeWarning of a coarsened lattice (``ratio`` above ``_H_REL_WARN``)."""
+    warnings.warn(
+        f"sum_error_law: the numerical convolution of {noise!r} needed a lattice step "
+        f"of {ratio:.3g} x its core spread (FFT capped at {_N_CAP} points: "
+        "very heavy tails with very many cells); the margins of error may be off by more "
+        "than 1e-6 relative.", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _law_for(mechanism: Any, owner: str) -> _SumLaw:
@@ -724,17 +784,18 @@ def sum_error_law(mechanism: Mechanism, n: ArrayLike,
     owner = "sum_error_law"
     lv = check_level(level)
     law = _law_for(mechanism, owner)
-    return _moe_for_counts(law, _check_counts(n, owner), lv), law.method
+    return _moe_for_counts(law, _check_counts(n, owner), lv)[0], law.method
 
 
-#: Margins already computed in this process: (law of sums, distinct counts, level) → margins.
+#: Margins already computed in this process: (law of sums, distinct counts, level) → margins
+#: and the largest step ratio of their lattice (`_SumLaw.margins`).
 #: A law's margins are a pure function of these (public parameters only: the mechanism's law
 #: and numbers of cells), and the same call recurs within a release (a spec's plan states each
 #: table's rollup method, tables share calibrated mechanisms, every rollup of a table). A hit
 #: returns the very numbers the computation would (the same call, so the same lattice and
 #: grid), so outputs do not depend on the memo. Least recently used entries beyond
 #: ``_MEMO_SIZE`` are dropped.
-_MEMO: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+_MEMO: OrderedDict[tuple[Any, ...], tuple[np.ndarray, float]] = OrderedDict()
 _MEMO_SIZE = 256
 
 
@@ -764,60 +825,45 @@ def sum_error_method(mechanism: Mechanism) -> str:
     return _law_for(mechanism, "sum_error_method").method
 
 
-def _moe_for_counts(law: _SumLaw, counts: np.ndarray, level: float) -> np.ndarray:
-    """Margins for cell counts (0 for n = 0), computed once per distinct n."""
+def _moe_for_counts(law: _SumLaw, counts: np.ndarray, level: float, *,
+                    warn: bool = True) -> tuple[np.ndarray, bool]:
+    """Margins for cell counts (0 for n = 0), computed once per distinct n.
+
+    Returns the margins and whether the numerical law had to coarsen its lattice for these
+    counts (a function of the law and the counts only; the same on a memo hit). ``warn``: also
+    say so with a RuntimeWarning (`rollup`, `sum_error_law`; a release states it in the
+    rollup's method instead).
+    """
     out = np.zeros(counts.shape, dtype=np.float64)
     pos = counts > 0
+    ratio = 0.0
     if np.any(pos):
         uniq, inv = np.unique(counts[pos], return_inverse=True)
         key: tuple[Any, ...] | None = (None if law.key is None
                                         else (law.key, uniq.tobytes(), float(level)))
         try:
-            moe = _MEMO.get(key) if key is not None else None
+            hit = _MEMO.get(key) if key is not None else None
         except TypeError:  # a noise law with unhashable parameters: no memo
-            key, moe = None, None
-        if moe is None:
-            moe = law.moe(uniq, level)
+            key, hit = None, None
+        if hit is None:
+            hit = law.margins(uniq, level)
             if key is not None:
-                _MEMO[key] = moe
+                _MEMO[key] = hit
                 while len(_MEMO) > _MEMO_SIZE:
                     _MEMO.popitem(last=False)
         elif key is not None:
             _MEMO.move_to_end(key)
+        moe, ratio = hit
         out[pos] = moe[inv]
-    return out
+    coarsened = ratio > _H_REL_WARN
+    if coarsened and warn:
+        _warn_coarsened(getattr(law, "noise", law), ratio, stacklevel=3)
+    return out, coarsened
 
 
 # ----------------------------------------------------------------------------------------------
 # rollup
 # ----------------------------------------------------------------------------------------------
-def _names(value: Any, what: str, owner: str, allow_empty: bool) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise InvalidParameterError(
-            f"{owner}: {what} must be a list of column names; got {value!r}.\n"
-            f"Hint: e.g. {what}=[\"county\"] (a list, even for one column).")
-    out = list(value)
-    for v in out:
-        if not isinstance(v, str):
-            raise InvalidParameterError(
-                f"{owner}: {what} must hold column names (str); got {v!r} in {out!r}.")
-    if len(set(out)) != len(out):
-        dup = sorted({v for v in out if out.count(v) > 1})
-        raise InvalidParameterError(
-            f"{owner}: {what} lists {dup} more than once; got {out!r}.\n"
-            "Hint: name each column once.")
-    if not out and not allow_empty:
-        raise InvalidParameterError(
-            f"{owner}: {what} must name at least one column; got an empty list.")
-    return out
-
-
-def _examples(values: list[Any], k: int = 5) -> str:
-    shown = ", ".join(repr(v) for v in values[:k])
-    more = f" and {len(values) - k} more" if len(values) > k else ""
-    return f"[{shown}]{more}"
-
-
 def _measure_law(m: str, mech: Any, owner: str) -> tuple[Mechanism, _SumLaw | None, str]:
     if not isinstance(mech, Mechanism):
         raise InvalidParameterError(
@@ -935,6 +981,53 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
         ...                 maps={"state": geo}, mechanisms={"n": Laplace(scale=1.0)})
         >>> out.select("state", "naics", "n", "cells").rows()
         [('X', '11', 7.0, 2), ('X', '21', 5.0, 1)]
+    """
+    frame, methods, _ = _rollup(
+        table, by=by, measures=measures, target_by=target_by, maps=maps,
+        mechanisms=mechanisms, level=level, target_keys=target_keys, warn=True)
+    return frame, methods
+
+
+def _rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
+            target_by: Sequence[str], maps: Mapping[str, pl.DataFrame],
+            mechanisms: Mapping[str, Mechanism], level: float = DEFAULT_LEVEL,
+            target_keys: pl.DataFrame | None = None, warn: bool = False,
+            ) -> tuple[pl.DataFrame, dict[str, str], frozenset[str]]:
+    """`rollup`, and the measures whose numerical law had to coarsen its FFT grid.
+
+    The release (``tabdp run``) states a coarsened grid next to the rollup's method, a public
+    text: it decides from this returned set (a function of the mechanisms and the numbers of
+    cells, public), never from recorded warnings, which are process-wide and would include
+    another thread's.
+
+    Args:
+        table: As for `rollup`.
+        by: As for `rollup`.
+        measures: As for `rollup`.
+        target_by: As for `rollup`.
+        maps: As for `rollup`.
+        mechanisms: As for `rollup`.
+        level: As for `rollup`.
+        target_keys: As for `rollup`.
+        warn: Also issue `rollup`'s RuntimeWarning for a coarsened grid (default: no).
+
+    Returns:
+        ``(frame, methods, coarsened)``: `rollup`'s result and the measures whose margins came
+        from a lattice coarser than 0.2 of the noise's core spread (the 1e-6 claim may not hold).
+
+    Raises:
+        InvalidParameterError: As `rollup` does.
+
+    Example:
+        >>> import polars as pl
+        >>> from tabdp.mechanisms import ExpPolyLog
+        >>> t = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> mech = ExpPolyLog(sigma=3.0, a=1.0, d=5.0)
+        >>> t = t.with_columns(x_sd=pl.lit(float(mech.noise.std())))
+        >>> out, how, coarse = _rollup(t, by=["c"], measures=["x"], target_by=[], maps={},
+        ...                            mechanisms={"x": mech})
+        >>> how["x"].split(":")[0], out["cells"].to_list(), coarse
+        ('numerical', [2], frozenset())
     """
     owner = "rollup"
     if isinstance(table, pl.LazyFrame):
@@ -1063,6 +1156,7 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
     cells = (ends - starts).astype(np.int64)
 
     result: dict[str, Any] = {}
+    coarsened: set[str] = set()
     for m in meas:
         est = est_cols[m][order]
         sd = sd_cols[m][order]
@@ -1072,7 +1166,9 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
         if law is None:
             moe = np.where(cells > 0, _z(lv) * sd_tot, 0.0)
         else:
-            moe = _moe_for_counts(law, cells, lv)
+            moe, coarse = _moe_for_counts(law, cells, lv, warn=warn)
+            if coarse:
+                coarsened.add(m)
         result[m] = tot
         result[f"{m}_sd"] = sd_tot
         result[f"{m}_moe"] = moe
@@ -1083,113 +1179,4 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
         [pl.Series(k, v, dtype=pl.Float64) for k, v in result.items()]
         + [pl.Series("cells", cells, dtype=pl.Int64)])
     frame = pl.concat([frame, measure_frame], how="horizontal") if tgt else measure_frame
-    return frame, methods
-
-
-def _float_column(table: pl.DataFrame, name: str, owner: str, allow_inf: bool) -> np.ndarray:
-    s = table.get_column(name)
-    if not s.dtype.is_numeric():
-        raise InvalidParameterError(
-            f"{owner}: column {name!r} must be numeric; got dtype {s.dtype}.\n"
-            "Hint: pass the released table (Float64 estimates and sds).")
-    if s.null_count():
-        raise InvalidParameterError(
-            f"{owner}: column {name!r} has {s.null_count()} null value(s); released estimates "
-            "and sds are never null.\nHint: roll up the released table before any suppression "
-            "or flagging.")
-    v = s.cast(pl.Float64).to_numpy()
-    bad = np.isnan(v) if allow_inf else ~np.isfinite(v)
-    if np.any(bad):
-        raise InvalidParameterError(
-            f"{owner}: column {name!r} has {int(bad.sum())} value(s) that are "
-            f"{'NaN' if allow_inf else 'NaN or infinite'}.\nHint: pass the released values "
-            "unchanged.")
-    return v
-
-
-def _map_column(table: pl.DataFrame, by_l: list[str], coarse: str, mapping: Any,
-                owner: str) -> pl.Series:
-    if not isinstance(mapping, pl.DataFrame):
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] must be a Polars DataFrame with 2 columns (fine column, "
-            f"{coarse!r}); got {type(mapping).__name__}.")
-    if mapping.width != 2 or coarse not in mapping.columns:
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] must have exactly 2 columns, a fine column of by and "
-            f"{coarse!r}; got columns {mapping.columns}.\nHint: e.g. "
-            f"maps={{{coarse!r}: hierarchy.select('county', {coarse!r})}}.")
-    fine = next(c for c in mapping.columns if c != coarse)
-    if fine not in by_l:
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] maps from column {fine!r}, which is not a column of by "
-            f"{by_l}.\nHint: the mapping's other column must be a key column of the table.")
-    if mapping.null_count().row(0) != (0, 0):
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] has null codes.\nHint: drop or fill them; every fine "
-            "code maps to one coarse code.")
-    tdtype = table.schema[fine]
-    try:
-        mp = mapping.with_columns(pl.col(fine).cast(tdtype, strict=True)).unique()
-    except Exception:  # noqa: BLE001 - any Polars cast failure
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] column {fine!r} (dtype {mapping.schema[fine]}) cannot be "
-            f"cast to the table's dtype {tdtype}.\nHint: give the mapping the same code type "
-            "as the table (e.g. strings for NAICS codes).") from None
-    if mp.get_column(fine).n_unique() != mp.height:
-        dup = mp.filter(pl.col(fine).is_duplicated()).get_column(fine).unique().sort().to_list()
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] maps some {fine!r} codes to more than one {coarse!r} "
-            f"code: {_examples(dup)}.\nHint: a rollup mapping must be a function (each fine "
-            "code in exactly one coarse group).")
-    joined = table.select(fine).join(mp, on=fine, how="left", maintain_order="left",
-                                     validate="m:1")
-    miss = joined.get_column(coarse).is_null()
-    if bool(miss.any()):
-        codes = joined.filter(miss).get_column(fine).unique(maintain_order=True).to_list()
-        raise InvalidParameterError(
-            f"{owner}: maps[{coarse!r}] has no row for {len(codes)} {fine!r} code(s) of the "
-            f"table: {_examples(codes)}.\nHint: complete the mapping (every code of the table "
-            f"must map to a {coarse!r} code).")
-    return joined.get_column(coarse)
-
-
-def _group_ids(target_frame: pl.DataFrame, tgt: list[str], target_keys: pl.DataFrame | None,
-               n: int, owner: str) -> tuple[np.ndarray, pl.DataFrame]:
-    if not tgt:
-        if target_keys is not None and (not isinstance(target_keys, pl.DataFrame)
-                                        or target_keys.width != 0):
-            raise InvalidParameterError(
-                f"{owner}: target_keys must have exactly the target_by columns [] (a national "
-                f"total); got {getattr(target_keys, 'columns', target_keys)!r}.\nHint: pass "
-                "target_keys=None for a national total.")
-        return np.zeros(n, dtype=np.int64), pl.DataFrame()
-    if target_keys is None:
-        keys = target_frame.unique().sort(tgt, nulls_last=True, maintain_order=True)
-    else:
-        if not isinstance(target_keys, pl.DataFrame):
-            raise InvalidParameterError(
-                f"{owner}: target_keys must be a Polars DataFrame with the columns {tgt}; got "
-                f"{type(target_keys).__name__}.")
-        if sorted(target_keys.columns) != sorted(tgt):
-            raise InvalidParameterError(
-                f"{owner}: target_keys must have exactly the target_by columns {tgt}; got "
-                f"{target_keys.columns}.\nHint: e.g. target_keys=all_keys.select({tgt!r}).")
-        try:
-            keys = target_keys.select(
-                [pl.col(c).cast(target_frame.schema[c], strict=True) for c in tgt])
-        except Exception:  # noqa: BLE001 - any Polars cast failure
-            raise InvalidParameterError(
-                f"{owner}: target_keys columns have dtypes {dict(target_keys.schema)}, which "
-                f"cannot be cast to the target key dtypes {dict(target_frame.schema)}.\n"
-                "Hint: build target_keys with the same code types as the table and mappings.")\
-                from None
-        if keys.height and keys.n_unique() != keys.height:
-            dup = keys.filter(keys.is_duplicated()).unique(maintain_order=True).head(5).rows()
-            raise InvalidParameterError(
-                f"{owner}: target_keys has duplicate rows, e.g. {dup}.\nHint: list each target "
-                "key once.")
-    idx = keys.with_row_index("__tabdp_gid")
-    joined = target_frame.join(idx, on=tgt, how="left", nulls_equal=True,
-                               maintain_order="left")
-    gid = joined.get_column("__tabdp_gid").fill_null(-1).cast(pl.Int64).to_numpy()
-    return gid, keys
+    return frame, methods, frozenset(coarsened)

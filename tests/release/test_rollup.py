@@ -608,13 +608,13 @@ def test_margins_memo_returns_the_computed_values_without_recomputing(
     mech = ExpPolyLog(sigma=3.0, a=1.0, d=5.0)
     first, _ = sum_error_law(mech, [0, 2, 5, 2], level=0.9)
     calls: list[object] = []
-    orig = mod._LatticeLaw.moe
+    orig = mod._LatticeLaw.margins
 
-    def counting(self: object, ns: np.ndarray, level: float, exact_one: bool = True) -> object:
+    def counting(self: object, ns: np.ndarray, level: float) -> object:
         calls.append(ns.tolist())
-        return orig(self, ns, level, exact_one)  # type: ignore[arg-type]
+        return orig(self, ns, level)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(mod._LatticeLaw, "moe", counting)
+    monkeypatch.setattr(mod._LatticeLaw, "margins", counting)
     # an equal mechanism (another object), the same distinct counts: served by the memo
     again, _ = sum_error_law(ExpPolyLog(sigma=3.0, a=1.0, d=5.0), [5, 2, 0], level=0.9)
     assert calls == []
