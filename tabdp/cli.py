@@ -1149,6 +1149,11 @@ def _shown(args: argparse.Namespace, text: str) -> str:
             forms.add(os.path.realpath(spec))
         for form in forms - {str(spec)}:
             text = text.replace(form, str(spec))
+            # a message names the path by its repr: a newline, tab or backslash in it is
+            # escaped there (review rev64s: 'x\ny.toml' was shown with the server's folder)
+            escaped = repr(form)[1:-1]
+            if escaped != form:
+                text = text.replace(escaped, repr(str(spec))[1:-1])
         return _redact(text, config)
     return text
 

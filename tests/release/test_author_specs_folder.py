@@ -296,3 +296,16 @@ def test_python_odd_names_are_not_found(tmp_path: Path, monkeypatch: pytest.Monk
         for curator in (config, None):
             with pytest.raises(SpecError, match="release spec file not found"):
                 load_spec(given, curator=curator)
+
+
+@pytest.mark.parametrize("given", ["specs/x\ny.toml", "specs/x\\y.toml", "x\ty.toml"])
+def test_an_escaped_character_keeps_the_path_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    # review rev64s: the message names the path by its repr (a newline as '\n'), which the
+    # command did not recognise as the path: it showed the server's absolute folder
+    root = _server(tmp_path / "srv")
+    code, out, err = _cli(root, monkeypatch, "validate", given)
+    assert (code, out, err) == (
+        2, "", f"tabdp validate: spec/usage error: release spec file not found: {given!r}."
+               "\nHint: fix the path to the release.toml (relative paths start from the "
+               "current folder).\n")
