@@ -683,7 +683,9 @@ def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
     config = load_curator_config(where) if where is not None else None
     args.curator_config = config
     # under [policy] author_only, load_spec reports a path in a dataset or ledger as not found
-    return load_spec(spec_path, curator=config)
+    spec = load_spec(spec_path, curator=config)
+    args.spec_read = True  # (`_shown`: the spec's real path may now be named in messages)
+    return spec
 
 
 def _author_spec(spec_path: Path) -> bool:
@@ -1138,8 +1140,20 @@ def _shown(args: argparse.Namespace, text: str) -> str:
         # spec file shown as the command line names it
         import os
 
-        for form in {os.path.abspath(spec), os.path.realpath(spec)} - {str(spec)}:
+        forms = {os.path.abspath(spec)}
+        # review rev64s: under author_only, a spec not read (refused or missing) is named
+        # only as load_spec names it: its real path, looked up outside the authors' folder,
+        # could be part of that name ('/proc/self/root/x' resolves to '/x', '//x' to '/x'), so
+        # the "not found" message showed it twice where a missing file's showed it once
+        if not config.author_only or getattr(args, "spec_read", False):
+            forms.add(os.path.realpath(spec))
+        for form in forms - {str(spec)}:
             text = text.replace(form, str(spec))
+            # a message names the path by its repr: a newline, tab or backslash in it is
+            # escaped there (review rev64s: 'x\ny.toml' was shown with the server's folder)
+            escaped = repr(form)[1:-1]
+            if escaped != form:
+                text = text.replace(escaped, repr(str(spec))[1:-1])
         return _redact(text, config)
     return text
 

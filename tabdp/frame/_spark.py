@@ -2083,8 +2083,14 @@ def _canonical(col: Any, dtype: Any) -> Any:
         et = dtype.elementType
         return F.transform(col, lambda x: _canonical(x, et))
     if isinstance(dtype, T.StructType):
+        # each field by its position (a cast renames positionally): a struct's field names may
+        # repeat or differ only in letter case, and `getField` of such a name is ambiguous
+        # (review rev64s: AMBIGUOUS_REFERENCE_TO_FIELDS stopped the release)
+        at = col.cast(T.StructType([T.StructField(f"_{i}", f.dataType, True)
+                                    for i, f in enumerate(dtype.fields)]))
         return F.when(col.isNotNull(), F.struct(*[
-            _canonical(col.getField(f.name), f.dataType).alias(f.name) for f in dtype.fields]))
+            _canonical(at.getField(f"_{i}"), f.dataType).alias(f.name)
+            for i, f in enumerate(dtype.fields)]))
     return F.to_json(col, _JSON_EXACT)  # a variant
 
 

@@ -1113,6 +1113,36 @@ def test_equal_maps_in_another_entry_order_are_the_same_frame(spark):
     assert len(s.records) == 2
 
 
+
+@pytest.mark.parametrize("names", [("a", "A"), ("a", "a")])
+def test_a_map_in_a_struct_with_fields_of_one_name_is_fingerprinted(spark, names):
+    """A struct holding a map, with two fields ``a`` and ``A`` (or ``a`` twice): review rev64s.
+
+    Its map is sorted field by field (`_canonical`), and ``getField("a")`` of such a struct is
+    ambiguous: every row-mode release over a frame with such an unused column stopped with
+    Spark's ``AMBIGUOUS_REFERENCE_TO_FIELDS``. Fields are now taken by position; a changed
+    value in either twin is still another frame.
+    """
+    from pyspark.sql import functions as F
+
+    base = _spark_frame(spark, _data(12))
+
+    def frame(first: int = 1, second: int = 2) -> Any:
+        m = F.create_map(F.lit("k"), F.col("emp"))
+        return base.withColumn("st", F.struct(m.alias("m"), F.lit(first).alias(names[0]),
+                                              F.lit(second).alias(names[1])))
+
+    s = tabdp.Session(seed=0)
+    kw = {"by": ["county", "sector"], "keys": KEYS, "session": s}
+    frame().dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    frame().dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
+    for changed in (frame(first=3), frame(second=3)):
+        with pytest.raises(tabdp.InvalidParameterError):
+            changed.dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
+
+
 class _NoArrow:
     """A Spark DataFrame as PySpark 3.5 gives it: no ``toArrow`` (`to_polars`' other branch)."""
 

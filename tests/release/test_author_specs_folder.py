@@ -250,3 +250,62 @@ def test_the_configuration_still_walks_each_dataset_once(
     monkeypatch.setattr(curator_config, "data_locations", counted)
     assert curator_config.load_curator_config(root / "curator.toml").author_specs is not None
     assert len(calls) == 4
+
+
+def _links_and_odd_names(root: Path) -> dict[str, str]:
+    """Label -> an odd spelling of a path the author may give (review rev64s)."""
+    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")  # a valid spec, outside
+    paths = {"a user's home": "~root/s.toml", "an unknown user's home": "~no-such-user-z/s.toml",
+             "the home": "~/s.toml", "a leading //": "/" + str(root / "s.toml"),
+             "a leading // into the folder": "/" + str(root / "specs" / "nothing.toml")}
+    if Path("/proc/self/root").is_symlink():
+        # resolves to the path without the prefix: part of the name as written
+        paths["/proc/self/root outside"] = f"/proc/self/root{root / 's.toml'}"
+        paths["/proc/self/root missing"] = f"/proc/self/root{root / 'nothing.toml'}"
+        paths["/proc/self/root to the folder"] = f"/proc/self/root{root / 'specs' / 'x.toml'}"
+    return paths
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "run"])
+def test_odd_spellings_are_not_found_as_written(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                command: str) -> None:
+    # review rev64s: the message named the path's real form too (looked up outside the
+    # folder): '/proc/self/root/x' and '//x' showed as '/proc/self/root/proc/self/root/x' and
+    # '///x'; '~user' was expanded (the server's folder named; an unknown user: exit 70)
+    root = _server(tmp_path / "srv")
+    paths = _links_and_odd_names(root)
+    seen = {label: _cli(root, monkeypatch, command, given) for label, given in paths.items()}
+    shown = {label: (code, out, err.replace(paths[label], "<SPEC>"))
+             for label, (code, out, err) in seen.items()}
+    expected = (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
+                       "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
+                       "start from the current folder).\n")
+    assert shown == dict.fromkeys(paths, expected)
+
+
+def test_python_odd_names_are_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # review rev64s: a NUL byte raised ValueError inside the folder (not found outside), an
+    # unknown ~user RuntimeError, with or without a configuration
+    from tabdp.release.spec import load_spec
+
+    root = _server(tmp_path / "srv")
+    monkeypatch.chdir(root)
+    config = load_curator_config(root / "curator.toml")
+    for given in ("specs/a\x00b.toml", "a\x00b.toml", "~no-such-user-z/s.toml"):
+        for curator in (config, None):
+            with pytest.raises(SpecError, match="release spec file not found"):
+                load_spec(given, curator=curator)
+
+
+@pytest.mark.parametrize("given", ["specs/x\ny.toml", "specs/x\\y.toml", "x\ty.toml"])
+def test_an_escaped_character_keeps_the_path_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    # review rev64s: the message names the path by its repr (a newline as '\n'), which the
+    # command did not recognise as the path: it showed the server's absolute folder
+    root = _server(tmp_path / "srv")
+    code, out, err = _cli(root, monkeypatch, "validate", given)
+    assert (code, out, err) == (
+        2, "", f"tabdp validate: spec/usage error: release spec file not found: {given!r}."
+               "\nHint: fix the path to the release.toml (relative paths start from the "
+               "current folder).\n")

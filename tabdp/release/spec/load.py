@@ -108,7 +108,9 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
         >>> import shutil
         >>> shutil.rmtree(folder)
     """
-    file = Path(os.path.abspath(Path(path).expanduser()))
+    file = _spec_path(path, curator)
+    if "\x00" in str(file):  # no file has such a name (the system refuses to look it up)
+        raise spec_not_found(file)
     try:
         content = (_read_author_only(file, curator) if curator is not None
                    and curator.author_only else file.read_bytes())
@@ -129,6 +131,29 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
                             "tables [[tables]]).") from None
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest(),
                       curator=curator)
+
+
+def _spec_path(path: str | os.PathLike[str], curator: CuratorConfig | None) -> Path:
+    """The spec's absolute path; under ``[policy] author_only`` exactly as written (no ``~``).
+
+    Review rev64s: ``~user`` was expanded from the server's user database, so the message
+    named a server folder (``~root/x.toml``: "not found: '/root/x.toml'") and an unknown user
+    stopped the command as an internal error (exit 70) where a known one was "not found"
+    (exit 2); elsewhere an unknown ``~user`` is left as written (then not found).
+
+    Example:
+        >>> import os
+        >>> _spec_path("~no-such-user-xyz/s.toml", None) == Path(
+        ...     os.path.abspath("~no-such-user-xyz/s.toml"))
+        True
+    """
+    given = Path(path)
+    if curator is not None and curator.author_only:
+        return Path(os.path.abspath(given))
+    try:
+        return Path(os.path.abspath(given.expanduser()))
+    except RuntimeError:  # ~user of no known user: the path as written
+        return Path(os.path.abspath(given))
 
 
 def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
