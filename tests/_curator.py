@@ -177,3 +177,40 @@ def run_cli(root: Path, command: str) -> tuple[int, str, str]:
         args += ["--overwrite", "--test-seed"]
     code = cli.main(args, stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
+
+
+def cli_as_author(root: Path, monkeypatch: object, *args: str) -> tuple[int, str, str]:
+    """``tabdp <args>`` run in ``root`` with ``TABDP_CURATOR`` set to its curator.toml.
+
+    As an author runs it under a server's configuration (no ``--curator``). Returns the exit
+    code, stdout and stderr.
+    """
+    from tabdp import cli
+
+    monkeypatch.chdir(root)  # type: ignore[attr-defined]
+    monkeypatch.setenv("TABDP_CURATOR", str(root / "curator.toml"))  # type: ignore[attr-defined]
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def not_found(command: str) -> tuple[int, str, str]:
+    """What ``tabdp <command>`` shows for a spec path it does not read (the path as <SPEC>)."""
+    return (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
+                   "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
+                   "start from the current folder).\n")
+
+
+def count_data_locations(monkeypatch: object) -> list[object]:
+    """Record each call of ``curator_config.data_locations`` (a dataset walked) in a list."""
+    from tabdp.release import curator_config
+
+    calls: list[object] = []
+    locations = curator_config.data_locations
+
+    def counted(path: object) -> list[Path]:
+        calls.append(path)
+        return locations(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(curator_config, "data_locations", counted)  # type: ignore[attr-defined]
+    return calls

@@ -10,17 +10,14 @@ and ``--curator`` may not name another configuration than the server's.
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from tabdp import cli
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import cli_as_author, count_data_locations, write_curator  # noqa: E402
 
 
 def _server(root: Path) -> Path:
@@ -35,12 +32,7 @@ def _server(root: Path) -> Path:
     return root
 
 
-def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("TABDP_CURATOR", str(root / "curator.toml"))
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+_cli = cli_as_author
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "run"])
@@ -181,14 +173,7 @@ def test_the_configuration_walks_each_dataset_once(tmp_path: Path,
     for name in "abcd":
         (root / "data" / name).mkdir(parents=True)
     write_curator(root, {n: f"data/{n}" for n in "abcd"}, public=[])
-    calls: list[object] = []
-    locations = curator_config.data_locations
-
-    def counted(path: object) -> list[Path]:
-        calls.append(path)
-        return locations(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(curator_config, "data_locations", counted)
+    calls = count_data_locations(monkeypatch)
     curator_config.load_curator_config(root / "curator.toml")
     assert len(calls) == 4
 

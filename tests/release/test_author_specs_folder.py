@@ -11,7 +11,6 @@ read. Without the key the behaviour is unchanged (tests/release/test_author_cli_
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from pathlib import Path
@@ -19,12 +18,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tabdp import cli
 from tabdp.exceptions import SpecError, TabdpError
 from tabdp.release import load_curator_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import cli_as_author, count_data_locations, not_found, write_curator  # noqa: E402
 
 AUTHOR_SPEC = ("[release]\nname = 'x'\n[input]\ndataset = 'cbp'\nmode = 'author'\n"
                "nulls = 'drop'\nunit_nulls = 'drop'\n[budget]\nrho = 1.0\n[domains]\n"
@@ -47,12 +45,7 @@ def _server(root: Path, policy: str = 'author_specs = "specs"\n') -> Path:
     return root
 
 
-def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("TABDP_CURATOR", str(root / "curator.toml"))
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+_cli = cli_as_author
 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "run"])
@@ -118,9 +111,7 @@ def test_every_other_path_is_not_found_alike(tmp_path: Path, monkeypatch: pytest
             os.close(fd)
     shown = {label: (code, out, err.replace(paths[label], "<SPEC>"))
              for label, (code, out, err) in seen.items()}
-    expected = (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
-                       "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
-                       "start from the current folder).\n")
+    expected = not_found(command)
     assert shown == dict.fromkeys(paths, expected)
     assert not (root / "releases").exists()
 
@@ -240,14 +231,7 @@ def test_the_configuration_still_walks_each_dataset_once(
     (root / "specs").mkdir()
     write_curator(root, {n: f"data/{n}" for n in "abcd"}, public=[],
                   extra='[policy]\nauthor_only = true\nauthor_specs = "specs"\n')
-    calls: list[object] = []
-    locations = curator_config.data_locations
-
-    def counted(path: object) -> list[Path]:
-        calls.append(path)
-        return locations(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(curator_config, "data_locations", counted)
+    calls = count_data_locations(monkeypatch)
     assert curator_config.load_curator_config(root / "curator.toml").author_specs is not None
     assert len(calls) == 4
 
@@ -278,9 +262,7 @@ def test_odd_spellings_are_not_found_as_written(tmp_path: Path,
     seen = {label: _cli(root, monkeypatch, command, given) for label, given in paths.items()}
     shown = {label: (code, out, err.replace(paths[label], "<SPEC>"))
              for label, (code, out, err) in seen.items()}
-    expected = (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
-                       "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
-                       "start from the current folder).\n")
+    expected = not_found(command)
     assert shown == dict.fromkeys(paths, expected)
 
 
