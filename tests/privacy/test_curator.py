@@ -651,17 +651,13 @@ def test_an_engine_failure_before_its_first_phase_is_generic(
 
 
 @pytest.mark.spark
-def test_spark_data_free_key_refusals_reach_the_author_as_themselves(
-        spark: Any, tmp_path: Path) -> None:
-    """Spark's refusals of a key set from the schema alone come before any read (review r61).
+def test_spark_decimal_keys_reach_the_author_as_on_polars(spark: Any, tmp_path: Path) -> None:
+    """Decimal key columns on Spark (review r61; accepted since stop 64, as on Polars).
 
-    Decimal key columns are not supported on Spark frames: a count and a median refuse with
-    the `ColumnTypeError` itself (it names dtypes only), before the data phase, so nothing is
-    recorded as a failure of a read.
+    A count and a median by a decimal key run in an author session on Spark, publish the key in
+    the data's decimal type, and nothing is recorded as a failure of a read.
     """
     import decimal
-
-    from tabdp.exceptions import ColumnTypeError
 
     dec = pl.Decimal(10, 2)
     pl.DataFrame({"k": pl.Series([decimal.Decimal("1.00"), decimal.Decimal("2.00")], dtype=dec),
@@ -671,10 +667,12 @@ def test_spark_data_free_key_refusals_reach_the_author_as_themselves(
     author = cur.author_session("d", name="s")
     keys = tabdp.KeySet.from_frame(pl.DataFrame({"k": pl.Series([decimal.Decimal("1.00")],
                                                                dtype=dec)}))
-    with pytest.raises(ColumnTypeError, match="not supported on Spark"):
-        author.count(by="k", keys=keys)
-    with pytest.raises(ColumnTypeError, match="not supported on Spark"):
-        author.median("x", by="k", keys=keys, bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
+    counted = author.count(by="k", keys=keys)
+    median = author.median("x", by="k", keys=keys, bounds=(0.0, 10.0), epsilon=1.0,
+                           nulls="drop")
+    for out in (counted, median):  # Spark frames, the key in the data's decimal type
+        assert dict(out.dtypes)["k"] == "decimal(10,2)"
+        assert [r["k"] for r in out.select("k").collect()] == [decimal.Decimal("1.00")]
     assert not cur.report("s").confidential_summary().get("author_failures")
 
 
