@@ -668,10 +668,12 @@ def _open_ledger(ds: _Dataset) -> Any:
     from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
     try:
-        with dataset_ledger_warnings(ds.name):
-            return Ledger.open(ds.ledger, autocommit=True)
+        # its own anchor notices, passed on naming the dataset (never the ledger's path)
+        led = Ledger.open(ds.ledger, autocommit=True, _quiet=True)
     except (LedgerError, InvalidParameterError) as err:
         raise dataset_ledger_error(ds.name, err) from err
+    dataset_ledger_warnings(ds.name, led.open_warnings)
+    return led
 
 
 def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:

@@ -1010,7 +1010,8 @@ def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                   lock: bool = False, history: bool = True, accept_restore: bool = False,
                   recompute: bool = False, _keep_state: bool = False,
-                  _locked: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
+                  _locked: bool = False, _notes: list[str] | None = None,
+                  _quiet: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
     """Check a ledger: its chain, state and history files, the logs naming them, its anchor.
 
     First, every path of the folder and its anchor is ``lstat``-ed (nothing opened): a link, a
@@ -1045,6 +1046,11 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
             `tabdp.privacy._recompute.check_state`), before the anchor is checked. Reads and
             hashes every history file once, whatever ``history``: its cost grows with the
             series' length (``tabdp ledger verify`` does it; an open does not).
+        _notes: Internal: the texts of this call's anchor notices (a missing anchor written,
+            a restore accepted) are appended here: a caller learns of them from this call
+            alone (recording warnings with ``catch_warnings`` is process-wide and would also
+            take other threads' warnings).
+        _quiet: Internal: the notices are not warned (the caller passes them on itself).
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
@@ -1081,7 +1087,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         try:
             return verify_ledger(root, series=series, history=history,
                                  accept_restore=accept_restore, recompute=recompute,
-                                 _keep_state=_keep_state, _locked=True)
+                                 _keep_state=_keep_state, _locked=True, _notes=_notes,
+                                 _quiet=_quiet)
         finally:
             held.release()
     _check_tree(root)
@@ -1133,17 +1140,21 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     # last: an intact ledger may still be an older (or another) copy of the folder
     status, anchor = _anchor.check_anchor(root, entries, accept_restore=accept_restore)
     if _locked:
-        _settle_anchor(root, entries, status, anchor)
+        note = _settle_anchor(root, entries, status, anchor, quiet=_quiet)
+        if note is not None and _notes is not None:
+            _notes.append(note)
     return entries, state
 
 
 def _settle_anchor(root: Path, entries: list[dict[str, Any]], status: str,
-                   anchor: _anchor.Anchor | None) -> None:
-    """Bring the anchor to the chain's head (the lock held), telling the curator why."""
-    import warnings
+                   anchor: _anchor.Anchor | None, quiet: bool = False) -> str | None:
+    """Bring the anchor to the chain's head (the lock held), telling the curator why.
 
+    Returns the notice warned (``None``: none, the anchor up to date or one release behind,
+    brought up silently); with ``quiet`` it is returned but not warned.
+    """
     if status == _anchor.OK:
-        return
+        return None
     accepted = None
     if status == _anchor.ACCEPTED:
         accepted = {"at": _now(), "previous": None if anchor is None else {
@@ -1151,23 +1162,27 @@ def _settle_anchor(root: Path, entries: list[dict[str, Any]], status: str,
     _anchor.write_anchor(root, entries, accepted=accepted)
     head = f"{len(entries) - 1} release(s), chain head {entries[-1]['hash'][:16]}…"
     if status == _anchor.MISSING:
-        warnings.warn(
+        note = (
             f"the ledger {root} had no anchor (the chain head kept next to it, "
             f"{_anchor.anchor_path(root).name}): it was made before anchors existed, or the "
             f"anchor was deleted or not copied with the folder. One was written ({head}); from "
             "now on an older copy of the folder put back is refused. This open could not tell "
             "whether the folder itself is an older copy.\nHint: check that `tabdp ledger show` "
             "ends with the chain head of the series' last release (its confidential "
-            "ledger.json); keep the anchor with the ledger when you move or copy it.",
-            PrivacyWarning, stacklevel=4)
+            "ledger.json); keep the anchor with the ledger when you move or copy it.")
     elif status == _anchor.ACCEPTED:
         was = ("no readable anchor" if anchor is None else
                f"{anchor.releases} release(s), chain head {anchor.head[:16]}…")
-        warnings.warn(
+        note = (
             f"the ledger {root}: restore accepted; its anchor now records the folder's "
             f"{head} (it recorded {was}). Releases the folder lacks are no longer counted in "
             "any unit's lifetime loss.\nHint: accept a restore only if those releases were "
-            "never published.", PrivacyWarning, stacklevel=4)
+            "never published.")
+    else:  # BEHIND: a run killed between its commit and the anchor's update, brought up
+        return None
+    if not quiet:
+        warnings.warn(note, PrivacyWarning, stacklevel=4)
+    return note
 
 
 class Ledger:
@@ -1244,7 +1259,7 @@ class Ledger:
              create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
              verify_history: bool = False, accept_restore: bool = False,
-             read_only: bool = False, _new: bool = False) -> Ledger:
+             read_only: bool = False, _new: bool = False, _quiet: bool = False) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
@@ -1299,9 +1314,13 @@ class Ledger:
                 ``accept_restore``. A `tabdp.Session` refuses it (its releases would be
                 charged nowhere): only ``tabdp compare``, whose DP side is never published,
                 releases through one.
+            _quiet: Internal: the opening's anchor notices are not warned, only kept in
+                `open_warnings` (an author's run passes them on without the ledger's path:
+                `tabdp.release.curator_config.dataset_ledger_warnings`).
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
+            Its ``open_warnings`` holds the texts of this opening's own anchor notices.
 
         Raises:
             LedgerError: In use, not owner-only (or a link or special file in it), does not
@@ -1361,19 +1380,15 @@ class Ledger:
                 f"{oct(root.stat().st_mode & 0o777)}); a ledger holds confidential per-unit "
                 f"losses and must be owner-only.\nHint: chmod -R go-rwx {root}.")
         lock = _Lock(root / "lock")
-        notes: list[warnings.WarningMessage] = []
+        # this open's own anchor notices, kept for the run's confidential files (never
+        # recorded with catch_warnings: process-wide, it would take other threads' warnings)
+        notes: list[str] = []
         try:
-            try:
-                with warnings.catch_warnings(record=True) as notes:
-                    warnings.simplefilter("always", PrivacyWarning)
-                    # read-only: verified under the lock, but its anchor left as it is
-                    entries, state_bytes = verify_ledger(
-                        root, series=series, history=verify_history,
-                        accept_restore=accept_restore, recompute=verify_history,
-                        _keep_state=True, _locked=not read_only)
-            finally:  # passed on as they came; kept for the run's confidential files
-                for w in notes:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            # read-only: verified under the lock, but its anchor left as it is
+            entries, state_bytes = verify_ledger(
+                root, series=series, history=verify_history, accept_restore=accept_restore,
+                recompute=verify_history, _keep_state=True, _locked=not read_only,
+                _notes=notes, _quiet=_quiet)
             parent = _anchor.anchor_path(root).parent
             if not read_only and not os.access(parent, os.W_OK):
                 raise LedgerError(
@@ -1400,8 +1415,7 @@ class Ledger:
             lock.release()
             raise
         led = cls(root, lock, entries, state, autocommit, read_only)
-        led.open_warnings = [str(w.message) for w in notes
-                             if issubclass(w.category, PrivacyWarning)]
+        led.open_warnings = notes
         return led
 
     @classmethod

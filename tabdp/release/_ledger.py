@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -67,17 +66,18 @@ def open_ledger(spec: Any, read_only: bool = False) -> Any:
     out = spec.output
     dataset = getattr(led, "dataset", None)
     try:
-        # an author's run: the ledger's warnings name the dataset, never the ledger's path
-        with (contextlib.nullcontext() if dataset is None else
-              dataset_ledger_warnings(dataset)):
-            ledger = Ledger.open(led.path, series=led.series,
-                                 lifetime_budget=led.lifetime_budget, autocommit=False,
-                                 public=(out.public, out.confidential, out.plan),
-                                 read_only=read_only)
+        # an author's run: the ledger's anchor notices (its own, `open_warnings`) are passed
+        # on naming the dataset, never the ledger's path
+        ledger = Ledger.open(led.path, series=led.series,
+                             lifetime_budget=led.lifetime_budget, autocommit=False,
+                             public=(out.public, out.confidential, out.plan),
+                             read_only=read_only, _quiet=dataset is not None)
     except (LedgerError, InvalidParameterError) as err:
         if dataset is None:
             raise
         raise dataset_ledger_error(dataset, err) from None
+    if dataset is not None:
+        dataset_ledger_warnings(dataset, ledger.open_warnings)
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger.allow_discard()
     if spec.input.mode == "curator":

@@ -95,13 +95,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import re
 import tomllib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -826,35 +825,31 @@ def dataset_ledger_error(dataset: str, err: Exception) -> LedgerError:
         "ledger (tabdp ledger verify).")
 
 
-@contextlib.contextmanager
-def dataset_ledger_warnings(dataset: str) -> Iterator[None]:
-    """A curator-configured ledger's warnings while it opens, in words an author may read.
+def dataset_ledger_warnings(dataset: str, notices: Sequence[str]) -> None:
+    """A curator-configured ledger's anchor notices, in words an author may read.
 
-    The ledger's own warnings (an anchor written for a ledger that had none, an accepted
-    restore) quote its server path: they are passed on naming the dataset only.
-    ``tabdp ledger verify`` gives the curator the details.
+    The ledger's own notices (an anchor written for a ledger that had none, an accepted
+    restore) quote its server path: each is passed on as a `PrivacyWarning` naming the dataset
+    only. ``tabdp ledger verify`` gives the curator the details. The notices are those of the
+    opening itself (`tabdp.Ledger.open` with ``_quiet=True``, its ``open_warnings``), never
+    warnings recorded while it ran: recording is process-wide, and would turn another thread's
+    `PrivacyWarning` (perhaps about its data) into an author-visible one.
 
     Args:
         dataset: The dataset's name in the curator's configuration (public to its authors).
+        notices: The ledger's opening notices (confidential: they quote its path).
 
     Example:
         >>> import warnings
         >>> with warnings.catch_warnings(record=True) as got:
         ...     warnings.simplefilter("always")
-        ...     with dataset_ledger_warnings("cbp"):
-        ...         warnings.warn("/srv/l had no anchor", PrivacyWarning)
+        ...     dataset_ledger_warnings("cbp", ["/srv/l had no anchor"])
         >>> "/srv" in str(got[0].message), "'cbp'" in str(got[0].message)
         (False, True)
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrivacyWarning)
-        yield
-    for w in caught:
-        if issubclass(w.category, PrivacyWarning):
-            warnings.warn(
-                f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its "
-                "last release kept next to it) was missing or replaced, and was brought up to "
-                "date; the details are the curator's.\nHint: the curator checks the dataset's "
-                "ledger (tabdp ledger verify).", PrivacyWarning, stacklevel=4)
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for _ in notices:
+        warnings.warn(
+            f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its "
+            "last release kept next to it) was missing or replaced, and was brought up to "
+            "date; the details are the curator's.\nHint: the curator checks the dataset's "
+            "ledger (tabdp ledger verify).", PrivacyWarning, stacklevel=3)

@@ -241,3 +241,49 @@ def test_r16_2_shared_ledger_unit_types_compared_without_a_schema(tmp_path: Path
             ledger=tmp_path / "led")
     cur.add("d", pl.DataFrame({"u": [1], "c": ["y"]}), unit="u", ledger=tmp_path / "led",
             schema={"u": "Int64", "c": "String"})
+
+
+ANCHOR_TEXT = ("the lifetime ledger of dataset 'firms': its anchor (the record of its last "
+               "release kept next to it) was missing or replaced, and was brought up to date; "
+               "the details are the curator's.\nHint: the curator checks the dataset's ledger "
+               "(tabdp ledger verify).")
+
+
+def _author_warnings(cur: tabdp.Curator, name: str) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        cur.author_session("firms", name=name)
+        cur.close(name)
+    return [str(w.message) for w in got]
+
+
+# origin: stop 64 (the author's anchor warning was made of every PrivacyWarning recorded while
+# the ledger opened, process-wide: another thread's, perhaps about its data, became one)
+def test_another_threads_privacy_warning_never_becomes_the_authors_anchor_warning(
+        tmp_path, monkeypatch):
+    import threading
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.privacy import lifetime
+
+    cur = _curator(tmp_path)
+    check = lifetime._check_tree
+
+    def check_and_warn(root: Path) -> None:  # another thread warns while the ledger opens
+        other = threading.Thread(target=lambda: warnings.warn("elsewhere", PrivacyWarning,
+                                                              stacklevel=1))
+        other.start()
+        other.join()
+        check(root)
+
+    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
+    got = _author_warnings(cur, "a")  # an intact ledger with its anchor: no anchor warning
+    assert not any("anchor" in m for m in got) and "elsewhere" in got
+    monkeypatch.undo()
+    (tmp_path / ".ledger.head.json").unlink()  # the true case: warned as before
+    got = _author_warnings(cur, "b")
+    assert got.count(ANCHOR_TEXT) == 1 and str(tmp_path) not in "".join(got)
+    assert (tmp_path / ".ledger.head.json").exists()

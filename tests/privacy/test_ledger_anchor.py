@@ -530,3 +530,45 @@ def test_a_runs_confidential_record_lists_the_ledgers_warnings_at_open(tmp_path)
     assert any("had no anchor" in w for w in conf["warnings"])
     public = "".join(p.read_text(errors="ignore") for p in res.public.iterdir())
     assert "had no anchor" not in public and ".led.head.json" not in public
+
+
+def _warn_from_another_thread(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """While a ledger opens (its tree checked), another thread warns a `PrivacyWarning`."""
+    import threading
+    import warnings
+
+    from tabdp.privacy import lifetime
+
+    check = lifetime._check_tree
+
+    def check_and_warn(root: Path) -> None:
+        other = threading.Thread(target=lambda: warnings.warn(text, PrivacyWarning,
+                                                              stacklevel=1))
+        other.start()
+        other.join()
+        check(root)
+
+    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
+
+
+# origin: stop 64 (the opening's notices were recorded with catch_warnings, process-wide: another
+# thread's PrivacyWarning meanwhile was taken for one of the ledger's own)
+def test_open_warnings_hold_the_openings_own_notices_not_another_threads(tmp_path,
+                                                                          monkeypatch):
+    import warnings
+
+    path = tmp_path / "l"
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()
+    _warn_from_another_thread(monkeypatch, "another thread's warning")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        with tabdp.Ledger.open(path) as led:  # an intact ledger with its anchor
+            assert led.open_warnings == []
+    assert [str(w.message) for w in got] == ["another thread's warning"]  # passed on as is
+    (tmp_path / ".l.head.json").unlink()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        with tabdp.Ledger.open(path) as led:  # the direct user is warned as before
+            notes = led.open_warnings
+    mine = [str(w.message) for w in got if "had no anchor" in str(w.message)]
+    assert len(notes) == 1 and mine == notes and got[-1].filename == __file__

@@ -451,3 +451,40 @@ def test_the_id_type_refusal_never_depends_on_one_firm_of_an_earlier_release(tmp
                       (root / "releases" / "r1" / "public").exists()))
     assert views[0] == views[1], views
     assert views[0][0] == 2 and "keys units by Int64 ids" in views[0][2]
+
+
+# origin: stop 64 (the author's anchor warning was made of every PrivacyWarning recorded while
+# the ledger opened, process-wide: another thread's, perhaps about its data, became one)
+def test_the_authors_anchor_warning_comes_from_the_ledger_alone(tmp_path, monkeypatch):
+    import threading
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.privacy import lifetime
+
+    root = tmp_path / "server"
+    _server(root)
+    check = lifetime._check_tree
+
+    def check_and_warn(where: Path) -> None:  # another thread warns while the ledger opens
+        other = threading.Thread(target=lambda: warnings.warn("elsewhere", PrivacyWarning,
+                                                              stacklevel=1))
+        other.start()
+        other.join()
+        check(where)
+
+    def run(name: str) -> str:  # what the run says: its warnings and its stderr
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            code, out, err = _run(root, monkeypatch, name)
+        assert code == 0, err
+        return "\n".join([out, err, *(str(w.message) for w in got)])
+
+    (root / "ledgers" / ".firms.head.json").unlink()  # the true case: warned as before
+    said = run("r1")
+    assert said.count("the lifetime ledger of dataset 'firms': its anchor (the record of its "
+                      "last release kept next to it) was missing or replaced") == 1, said
+    assert str(root) not in said and "ledgers" not in said
+    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
+    said = run("r2")  # an intact ledger with its anchor: no anchor warning
+    assert "anchor" not in said and "elsewhere" in said, said
