@@ -546,11 +546,10 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     lifetime totals from the history and refuse a state that is not their sum
     (`verify_ledger`'s ``recompute``); the message gives counts and release numbers, never a
     unit id or a loss. The ledger's warnings (an anchor written for a ledger that had none,
-    an accepted restore) are the curator's: written to ``err`` as ``warning:`` lines.
+    an accepted restore) are the curator's: written to ``err`` as ``warning:`` lines. They are
+    this verification's own notices (`verify_ledger`'s ``_notes``), never warnings recorded
+    while it ran: recording is process-wide and would print another thread's as the ledger's.
     """
-    import warnings
-
-    from tabdp.exceptions import PrivacyWarning
     from tabdp.privacy.lifetime import Ledger, iter_show, verify_ledger
 
     _refuse_under_author_only(args, f"tabdp ledger {args.ledger_command}",
@@ -566,28 +565,27 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     accept = args.ledger_command == "accept-restore"
     recompute = not getattr(args, "bytes_only", False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrivacyWarning)
-        entries, _ = verify_ledger(args.path, series=args.series, lock=True,
-                                   accept_restore=accept, recompute=recompute)
-    for w in caught:
-        if issubclass(w.category, PrivacyWarning):
-            err.write(f"tabdp ledger {args.ledger_command}: warning: {w.message}\n")
-        else:  # pragma: no cover - passed on as they came
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    # the ledger's own notices, from this call alone: recording warnings (catch_warnings) is
+    # process-wide and would print another thread's warning as the ledger's
+    notes: list[str] = []
+    entries, _ = verify_ledger(args.path, series=args.series, lock=True,
+                               accept_restore=accept, recompute=recompute, _notes=notes,
+                               _quiet=True)
+    for note in notes:
+        err.write(f"tabdp ledger {args.ledger_command}: warning: {note}\n")
     if args.ledger_command == "show":
         for line in iter_show(entries):
             out.write(line + "\n")
     if accept:
-        changed = any(issubclass(w.category, PrivacyWarning) for w in caught)
+        changed = bool(notes)
         out.write(f"ledger {args.path}: " + ("restore accepted: its anchor now records "
                                              if changed else "its anchor already recorded ")
                   + f"{len(entries) - 1} release(s) of series {entries[0]['series']!r} "
                   f"(chain head {entries[-1]['hash']})\n")
         return EXIT_OK
     # a warning: the anchor was missing (no release yet) and written now, never "matched"
-    anchored = ("its anchor was written now (see the warning)" if any(
-        issubclass(w.category, PrivacyWarning) for w in caught) else "it matches its anchor")
+    anchored = ("its anchor was written now (see the warning)" if notes
+                else "it matches its anchor")
     summed = ("its state is the sum of its history" if recompute else
               "bytes only: the state was not recomputed from the history")
     out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "

@@ -646,8 +646,19 @@ def key_conversion(col: str, have: Any, target: Any) -> tuple[pl.Expr, pl.Expr]:
 
 
 def _probe_sample(dtype: Any) -> pl.Series | None:
-    """One public, non-null value of ``dtype`` (a zero, ``"0"``, ``False``...), or None."""
+    """One public, non-null value of ``dtype`` (a zero, ``"0"``, ``False``...), or None.
+
+    Nested dtypes (List, Array, Struct, of any depth) hold probe values at every level.
+
+    Example:
+        >>> _probe_sample(pl.Array(pl.Int8, (2, 3))).to_list()
+        [[[0, 0, 0], [0, 0, 0]]]
+        >>> _probe_sample(pl.List(pl.Struct({"d": pl.Array(pl.String, (1, 2))}))).to_list()
+        [[{'d': [['0', '0']]}]]
+    """
     try:
+        if isinstance(dtype, type):  # a dtype class (``pl.String``, as a nested inner may be)
+            dtype = dtype()
         if isinstance(dtype, pl.Enum):
             return pl.Series(dtype.categories[:1]).cast(dtype) if len(dtype.categories) else None
         if isinstance(dtype, _TEXT):
@@ -660,14 +671,14 @@ def _probe_sample(dtype: Any) -> pl.Series | None:
             return pl.Series([0]).cast(dtype)
         if isinstance(dtype, (pl.List, pl.Array)):
             # a list of one inner value: an empty or null list converts whatever the inner
-            # dtypes, so only a row holding a value met a cast Polars refuses (review rev64r)
+            # dtypes, so only a row holding a value met a cast Polars refuses (review rev64r).
+            # An Array holds its first dimension's count of the inner probe, itself built the
+            # same way: nested Array, List and Struct of any depth (an Array of Array too)
             inner = _probe_sample(dtype.inner)
             if inner is None:
                 return None
-            if isinstance(dtype, pl.List):
-                return pl.Series([inner.to_list()], dtype=dtype)
-            size = int(np.prod(dtype.shape))
-            return pl.Series([inner.to_list() * size]).cast(pl.List(dtype.inner)).cast(dtype)
+            n = dtype.size if isinstance(dtype, pl.Array) else 1
+            return (pl.concat([inner] * n) if n else inner.clear()).implode().cast(dtype)
         if isinstance(dtype, pl.Struct):
             fields = [_probe_sample(f.dtype) for f in dtype.fields]
             if any(f is None for f in fields):

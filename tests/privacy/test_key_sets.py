@@ -351,3 +351,42 @@ def test_nested_keys_that_convert_still_match() -> None:
     out = df.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), nulls="zero",
                     negatives="zero", session=tabdp.Session(seed=1))
     assert out["x"].round(2).to_list() == [1.0]
+
+
+# origin: stop 64. The probe of rev64r built no value of a multi-dimensional Array (an Array
+# of Array): text against date keys in 2 x 2 arrays ran on an empty frame (or one whose
+# arrays were all null) and failed with Polars' own error once a record held a value, so
+# whether the release ran told whether such a record existed. The probe is built at every
+# level of nesting now: refused from the dtypes.
+@pytest.mark.parametrize("data", [
+    pl.Series([], dtype=pl.Array(pl.String, (2, 2))),
+    pl.Series([None, None], dtype=pl.Array(pl.String, (2, 2))),
+    pl.Series([[["2020-01-01", "x"], ["2020-01-02", "2020-01-03"]], None],
+              dtype=pl.Array(pl.String, (2, 2))),
+])
+def test_multi_dimensional_array_keys_polars_cannot_convert_are_refused(data) -> None:
+    import datetime as dt
+
+    day = dt.date(2020, 1, 1)
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series([[[day, day], [day, day]]],
+                                                     dtype=pl.Array(pl.Date, (2, 2)))}))
+    df = pl.DataFrame({"k": data, "x": pl.Series([1.0, 2.0][:len(data)], dtype=pl.Float64)})
+    for f in (df, df.lazy()):
+        with pytest.raises(ColumnTypeError, match="cannot compare"):
+            f.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1.0), nulls="zero",
+                      negatives="zero", session=tabdp.Session(seed=1))
+
+
+def test_multi_dimensional_array_keys_that_convert_still_match() -> None:
+    import datetime as dt
+
+    day, other = dt.date(2020, 1, 1), dt.date(2020, 1, 2)
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series([[[day], [other]], [[other], [day]]],
+                                                     dtype=pl.Array(pl.Date, (2, 1)))}))
+    at = [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2)]
+    df = pl.DataFrame({"k": pl.Series([[[at[0]], [at[1]]], [[at[1]], [at[0]]], None],
+                                      dtype=pl.Array(pl.Datetime("ms"), (2, 1))),
+                       "x": [1.0, 2.0, 4.0]})
+    out = df.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), nulls="zero",
+                    negatives="zero", session=tabdp.Session(seed=1))
+    assert out["x"].round(2).to_list() == [1.0, 2.0]

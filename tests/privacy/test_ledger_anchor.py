@@ -572,3 +572,48 @@ def test_open_warnings_hold_the_openings_own_notices_not_another_threads(tmp_pat
             notes = led.open_warnings
     mine = [str(w.message) for w in got if "had no anchor" in str(w.message)]
     assert len(notes) == 1 and mine == notes and got[-1].filename == __file__
+
+
+# origin: stop 64 (`tabdp ledger verify` / `accept-restore` recorded warnings with
+# catch_warnings, process-wide: another thread's PrivacyWarning was printed as the ledger's
+# notice, and verify then said the anchor "was written now" of a ledger that matched it)
+def test_ledger_cli_prints_its_own_notices_not_another_threads(tmp_path, monkeypatch):
+    import warnings
+
+    path = tmp_path / "l"
+    _series(path)
+    backup = tmp_path / "backup"
+    shutil.copytree(path, backup, symlinks=True)
+    tabdp.Ledger.create(tmp_path / "e", series="s", lifetime_budget=1.0).close()
+    _warn_from_another_thread(monkeypatch, "another thread's warning")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        code, out, err = _verify(path)  # intact, its anchor matches: no notice
+    assert code == 0 and not err and "it matches its anchor" in out
+    assert [str(w.message) for w in got] == ["another thread's warning"]  # passed on as is
+    (tmp_path / ".l.head.json").unlink()
+    _put_back(backup, path)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        out_s, err_s = io.StringIO(), io.StringIO()
+        assert cli_main(["ledger", "accept-restore", str(path)], stdout=out_s,
+                        stderr=err_s) == 0
+    err = err_s.getvalue()
+    assert "another thread" not in err and "another thread" not in out_s.getvalue()
+    assert err.startswith("tabdp ledger accept-restore: warning: the ledger ")
+    assert err.count("warning:") == 1 and err.endswith("never published.\n")
+    assert "restore accepted" in err and "no readable anchor" in err
+    assert "restore accepted: its anchor now records 2 release(s)" in out_s.getvalue()
+    out_s = io.StringIO()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert cli_main(["ledger", "accept-restore", str(path)], stdout=out_s,
+                        stderr=(err_s := io.StringIO())) == 0
+    assert not err_s.getvalue() and "its anchor already recorded" in out_s.getvalue()
+    (tmp_path / ".e.head.json").unlink()  # no release yet: written, with a notice
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        code, out, err = _verify(tmp_path / "e")
+    assert code == 0 and "its anchor was written now" in out
+    assert err.startswith("tabdp ledger verify: warning: ") and "had no anchor" in err
+    assert err.count("warning:") == 1 and "another thread" not in err
