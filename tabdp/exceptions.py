@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 __all__ = [
@@ -244,6 +246,40 @@ class PrivacyWarning(UserWarning):
         >>> issubclass(PrivacyWarning, UserWarning)
         True
     """
+
+
+def warn_each_time(message: str, category: type[Warning], stacklevel: int = 1) -> None:
+    """``warnings.warn`` for a notice that must be shown at each occurrence.
+
+    Under Python's default filter (action ``"default"``) ``warnings.warn`` shows a message
+    once per text and line of code: a second identical notice from the same line (a ledger's
+    anchor written again after it went missing again, opened from one place of a long-lived
+    process) would be silently dropped. This warns with ``warnings.warn_explicit`` at the same
+    place ``warnings.warn(message, category, stacklevel=stacklevel)`` would name, without the
+    per-module registry: each notice is shown unless a filter says otherwise (``"ignore"``,
+    ``"once"``, ``"error"`` are obeyed).
+
+    Args:
+        message: The notice's text.
+        category: Its warning class.
+        stacklevel: As ``warnings.warn``'s (1: the line calling this function).
+
+    Example:
+        >>> with warnings.catch_warnings(record=True) as got:
+        ...     warnings.simplefilter("default")
+        ...     for _ in range(2):
+        ...         warn_each_time("the anchor was written", PrivacyWarning)
+        >>> len(got)
+        2
+    """
+    try:
+        frame = sys._getframe(stacklevel)
+    except ValueError:  # fewer frames than asked: as warnings.warn, "sys", line 1
+        filename, lineno, module = "sys", 1, "sys"
+    else:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        module = frame.f_globals.get("__name__", "<string>")
+    warnings.warn_explicit(message, category, filename, lineno, module=module, registry=None)
 
 
 class TabdpWarning(UserWarning):

@@ -52,7 +52,6 @@ import socket
 import stat
 import threading
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,7 +60,12 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up, add_up_into
-from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
+from tabdp.exceptions import (
+    InvalidParameterError,
+    LedgerError,
+    PrivacyWarning,
+    warn_each_time,
+)
 from tabdp.privacy import _anchor
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.ledger import sorted_search, strictly_increasing
@@ -1181,7 +1185,8 @@ def _settle_anchor(root: Path, entries: list[dict[str, Any]], status: str,
     else:  # BEHIND: a run killed between its commit and the anchor's update, brought up
         return None
     if not quiet:
-        warnings.warn(note, PrivacyWarning, stacklevel=4)
+        # each time (the default filter would show an identical notice once per line)
+        warn_each_time(note, PrivacyWarning, stacklevel=4)
     return note
 
 

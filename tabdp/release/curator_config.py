@@ -99,7 +99,6 @@ import math
 import os
 import re
 import tomllib
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +106,7 @@ from typing import Any, NoReturn
 
 import polars as pl
 
-from tabdp.exceptions import LedgerError, PrivacyWarning, SpecError
+from tabdp.exceptions import LedgerError, PrivacyWarning, SpecError, warn_each_time
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
            "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV", "OVERWRITE_POLICIES",
@@ -847,8 +846,8 @@ def dataset_ledger_warnings(dataset: str, notices: Sequence[str]) -> None:
         >>> "/srv" in str(got[0].message), "'cbp'" in str(got[0].message)
         (False, True)
     """
-    for _ in notices:
-        warnings.warn(
+    for _ in notices:  # each time (the default filter would show this text once per line)
+        warn_each_time(
             f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its "
             "last release kept next to it) was missing or replaced, and was brought up to "
             "date; the details are the curator's.\nHint: the curator checks the dataset's "

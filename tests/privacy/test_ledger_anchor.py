@@ -617,3 +617,28 @@ def test_ledger_cli_prints_its_own_notices_not_another_threads(tmp_path, monkeyp
     assert code == 0 and "its anchor was written now" in out
     assert err.startswith("tabdp ledger verify: warning: ") and "had no anchor" in err
     assert err.count("warning:") == 1 and "another thread" not in err
+
+
+# origin: review rev64t (stop 64: the anchor notice was warned with warnings.warn, which the
+# default filter shows once per text and line: the same notice again, e.g. a series' anchor
+# missing again at the next open from the same line of a long-lived process, was dropped)
+def test_each_anchor_notice_is_shown_under_the_default_filter(tmp_path):
+    import warnings
+
+    from tabdp.release.curator_config import dataset_ledger_warnings
+
+    path = tmp_path / "l"
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            (tmp_path / ".l.head.json").unlink()
+            with tabdp.Ledger.open(path) as led:
+                assert len(led.open_warnings) == 1
+        for _ in range(2):  # the author's form (one text per dataset)
+            dataset_ledger_warnings("firms", ["/srv/l had no anchor"])
+    said = [str(w.message) for w in got if issubclass(w.category, PrivacyWarning)]
+    assert sum("had no anchor" in s for s in said) == 3, said
+    assert sum("dataset 'firms'" in s for s in said) == 2, said
+    where = {w.filename for w in got if "had no anchor" in str(w.message)}
+    assert where == {__file__}, where  # the caller's line, as before
