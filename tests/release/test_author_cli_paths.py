@@ -239,3 +239,23 @@ def test_a_spec_path_of_a_ledger_anchor_is_not_found(
     (root / "led" / ".l.head.json").write_text('{"head": "abc"}', encoding="utf-8")
     code, out, err = _cli(root, monkeypatch, "validate", "led/.l.head.json")
     assert code == 2 and "release spec file not found" in err, err
+
+
+# origin: review rev64t (a spec path refused as unreadable named a part of its real path, a
+# link's target the author never wrote: "[Errno 22] not a regular file: 'hidden_dir'")
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links")
+@pytest.mark.parametrize(("given", "target"), [("l.toml", "hidden_dir"),
+                                               ("f/x.toml", "hidden_file")])
+def test_an_unreadable_spec_is_named_as_written_not_by_its_real_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, target: str) -> None:
+    import os
+
+    root = _server(tmp_path / "srv")
+    (root / "hidden_dir").mkdir()
+    (root / "hidden_file").write_text("x", encoding="utf-8")
+    os.symlink(root / "hidden_dir", root / "l.toml")
+    os.symlink(root / "hidden_file", root / "f")
+    code, out, err = _cli(root, monkeypatch, "validate", given)
+    assert code == 2 and out == ""
+    assert "cannot read the release spec" in err and f"{given!r}" in err, err
+    assert "hidden" not in err and str(root) not in err, err

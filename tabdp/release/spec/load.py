@@ -187,7 +187,12 @@ def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
     real = Path(os.path.realpath(file))
     if _confidential(real, config) or not real.parts[1:]:
         raise FileNotFoundError(str(file))
-    fd, parent = _open_below(Path(real.anchor), real.parts[1:])
+    try:
+        fd, parent = _open_below(Path(real.anchor), real.parts[1:])
+    except OSError as err:
+        # named as written (review rev64t: the error named a part of the real path, a link's
+        # target the author never wrote: "not a regular file: 'hidden_dir'")
+        raise OSError(err.errno, err.strerror, str(file)) from None
     if parent >= 0:
         os.close(parent)
     with os.fdopen(fd, "rb") as fh:  # a regular file (`_open_below` checks it)
