@@ -531,9 +531,11 @@ class MemoryBackend(_PolarsOutput):
             assert gone is not None and row_ok is not None
             lost = _left_out(gone, [o.filter(~row_ok) for o, _ in outs],
                              [c for _, c in outs], value_cols)
-            sums = lost.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
-                if measure_list else {}
-            after = {m: int(before[m] or 0) - int(sums[m] or 0) for m in measure_list}
+            # a measure no currency zeroed (per-measure currencies) lost nothing: not in `lost`
+            lost_ms = [m for m in measure_list if m in lost.columns]
+            sums = lost.select(pl.col(m).sum() for m in lost_ms).row(0, named=True) \
+                if lost_ms else {}
+            after = {m: int(before[m] or 0) - int(sums.get(m) or 0) for m in measure_list}
         else:
             after = before if work is inside else work.select(
                 pl.col(m).sum() for m in measure_list).row(0, named=True) if measure_list else {}
