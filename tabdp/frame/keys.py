@@ -440,6 +440,54 @@ def _check_key_kinds(col: str, have: Any, want: Any) -> None:
         "pl.col(c).cast(pl.Int64) for Booleans as 0/1).")
 
 
+def _is_nested(dtype: Any) -> bool:
+    """Whether ``dtype`` is a List, Array or Struct (an instance or the class)."""
+    return isinstance(dtype, (pl.List, pl.Array, pl.Struct)) or dtype in (pl.List, pl.Array,
+                                                                           pl.Struct)
+
+
+def _nested_leaves(have: Any, want: Any) -> list[tuple[Any, Any]]:
+    """The pairs of scalar dtypes a conversion of nested ``have`` to ``want`` compares.
+
+    Lists and arrays pair their inner dtypes, structs their fields by position (as Polars'
+    cast does; fields of other names or number are refused by the conversion check). A
+    nested dtype against a scalar pairs nothing (left to the conversion check).
+
+    Example:
+        >>> _nested_leaves(pl.List(pl.Struct({"a": pl.Int8})), pl.List(pl.Struct({"a": pl.Date})))
+        [(Int8, Date)]
+    """
+    if isinstance(have, (pl.List, pl.Array)) and isinstance(want, (pl.List, pl.Array)):
+        return _nested_leaves(have.inner, want.inner)
+    if isinstance(have, pl.Struct) and isinstance(want, pl.Struct):
+        if len(have.fields) != len(want.fields):
+            return []
+        return [p for h, w in zip(have.fields, want.fields, strict=True)
+                for p in _nested_leaves(h.dtype, w.dtype)]
+    if _is_nested(have) or _is_nested(want):
+        return []
+    return [(have, want)]
+
+
+def _check_nested_kinds(col: str, have: Any, want: Any) -> None:
+    """Nested keys (List, Array, Struct): each pair of values inside under `common_dtype`'s rule.
+
+    A list of integers against a list of dates converted the day numbers as the scalars did
+    (review rev65w: the key ``[1970-01-02]`` took the rows holding ``[1]``).
+    """
+    for h, w in _nested_leaves(have, want):
+        if isinstance(h, type):  # (a nested inner may be a dtype class)
+            h = h()
+        if isinstance(w, type):
+            w = w()
+        try:
+            common_dtype(col, h, w)
+        except ColumnTypeError as err:
+            raise ColumnTypeError(
+                f"key column {col!r} is {have} in the data but {want} in the key set, whose "
+                f"values inside are compared as {h} against {w}: {err}") from None
+
+
 def common_dtype(col: str, have: Any, want: Any) -> Any:
     """The dtype in which data keys and public keys are compared (decided without data).
 
@@ -470,6 +518,9 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
     """
     if have == want:
         return None
+    if _is_nested(have) or _is_nested(want):
+        _check_nested_kinds(col, have, want)
+        return want
     if isinstance(have, _TEXT) and isinstance(want, _TEXT):
         return pl.String
     if pl.Binary in (have, want) and (isinstance(have, _TEXT) or isinstance(want, _TEXT)):

@@ -102,6 +102,48 @@ def test_keys_of_the_same_kind_still_match(data: pl.Series, key: list, dtype: ob
         assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
 
 
+# nested keys (list, array, struct) of another kind inside: Polars converted them as it did
+# the scalars (review rev65w: the key [1970-01-02] took the rows holding [1], published there)
+NESTED_REFUSED = {
+    "list int-date": (pl.Series([[1], [5]]), pl.Series([[dt.date(1970, 1, 2)]])),
+    "array int-date": (pl.Series([[1], [5]], dtype=pl.Array(pl.Int64, 1)),
+                       pl.Series([[dt.date(1970, 1, 2)]], dtype=pl.Array(pl.Date, 1))),
+    "struct int-date": (pl.Series([{"a": 1}, {"a": 5}]),
+                        pl.Series([{"a": dt.date(1970, 1, 2)}])),
+    "list of struct int-duration": (pl.Series([[{"a": 1}], [{"a": 5}]]),
+                                    pl.Series([[{"a": dt.timedelta(microseconds=1)}]])),
+    "list bool-int": (pl.Series([[True], [False]]), pl.Series([[1]])),
+    "list int-text": (pl.Series([[1], [5]]), pl.Series([["1"]])),
+}
+
+
+@pytest.mark.parametrize("pair", list(NESTED_REFUSED))
+def test_nested_keys_of_another_kind_inside_are_refused(pair: str) -> None:
+    data, key = NESTED_REFUSED[pair]
+    keys = tabdp.KeySet(pl.DataFrame({"k": key}))
+    for frame in (_frame(data), _frame(data).clear()):
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match="values inside") as err:
+            frame.dp.count(by="k", keys=keys, session=s)
+        assert str(data.dtype) in str(err.value) and "Hint:" in str(err.value)
+        assert s.records == []
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    (pl.Series([[1], [5]], dtype=pl.List(pl.Int32)), pl.Series([[1], [2]])),
+    (pl.Series([[1.0], [5.0]]), pl.Series([[1], [2]])),
+    (pl.Series([["a"], ["e"]], dtype=pl.List(pl.Categorical)), pl.Series([["a"], ["b"]])),
+    (pl.Series([{"a": dt.date(2020, 1, 1)}, {"a": dt.date(2020, 1, 5)}]),
+     pl.Series([{"a": dt.datetime(2020, 1, 1)}, {"a": dt.datetime(2020, 1, 2)}])),
+])
+def test_nested_keys_of_the_same_kind_still_match(data: pl.Series, key: pl.Series) -> None:
+    keys = tabdp.KeySet(pl.DataFrame({"k": key}))
+    s = tabdp.Session(seed=1)
+    _frame(data).with_columns(x=pl.Series([2.0, 3.0])).dp.sum(  # type: ignore[attr-defined]
+        "x", by="k", keys=keys, mechanism=TINY, session=s)
+    assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
+
+
 @pytest.mark.spark
 def test_spark_refuses_keys_of_another_kind(spark: object) -> None:
     """The Spark engine's own key comparison takes the same rule (`common_dtype`).
