@@ -214,3 +214,27 @@ def count_data_locations(monkeypatch: object) -> list[object]:
 
     monkeypatch.setattr(curator_config, "data_locations", counted)  # type: ignore[attr-defined]
     return calls
+
+
+def warn_from_another_thread(monkeypatch: object, text: str) -> None:
+    """From now on, while a ledger opens (its tree checked), another thread warns ``text``.
+
+    A `PrivacyWarning`, warned and joined before the check itself runs (the warning of another
+    session of the same process, perhaps about its own data).
+    """
+    import threading
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.privacy import lifetime
+
+    check = lifetime._check_tree
+
+    def check_and_warn(root: Path) -> None:
+        other = threading.Thread(target=lambda: warnings.warn(text, PrivacyWarning,
+                                                              stacklevel=1))
+        other.start()
+        other.join()
+        check(root)
+
+    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)  # type: ignore[attr-defined]
