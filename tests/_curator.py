@@ -194,10 +194,10 @@ def cli_as_author(root: Path, monkeypatch: object, *args: str) -> tuple[int, str
     return code, out.getvalue(), err.getvalue()
 
 
-def not_found(command: str) -> tuple[int, str, str]:
-    """What ``tabdp <command>`` shows for a spec path it does not read (the path as <SPEC>)."""
+def not_found(command: str, spec: str = "<SPEC>") -> tuple[int, str, str]:
+    """What ``tabdp <command>`` shows for a spec path ``spec`` it does not read (as written)."""
     return (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
-                   "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
+                   f"{spec!r}.\nHint: fix the path to the release.toml (relative paths "
                    "start from the current folder).\n")
 
 
