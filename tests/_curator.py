@@ -194,10 +194,10 @@ def cli_as_author(root: Path, monkeypatch: object, *args: str) -> tuple[int, str
     return code, out.getvalue(), err.getvalue()
 
 
-def not_found(command: str) -> tuple[int, str, str]:
-    """What ``tabdp <command>`` shows for a spec path it does not read (the path as <SPEC>)."""
+def not_found(command: str, spec: str = "<SPEC>") -> tuple[int, str, str]:
+    """What ``tabdp <command>`` shows for a spec path ``spec`` it does not read (as written)."""
     return (2, "", f"tabdp {command}: spec/usage error: release spec file not found: "
-                   "'<SPEC>'.\nHint: fix the path to the release.toml (relative paths "
+                   f"{spec!r}.\nHint: fix the path to the release.toml (relative paths "
                    "start from the current folder).\n")
 
 
@@ -214,3 +214,27 @@ def count_data_locations(monkeypatch: object) -> list[object]:
 
     monkeypatch.setattr(curator_config, "data_locations", counted)  # type: ignore[attr-defined]
     return calls
+
+
+def warn_from_another_thread(monkeypatch: object, text: str) -> None:
+    """From now on, while a ledger opens (its tree checked), another thread warns ``text``.
+
+    A `PrivacyWarning`, warned and joined before the check itself runs (the warning of another
+    session of the same process, perhaps about its own data).
+    """
+    import threading
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.privacy import lifetime
+
+    check = lifetime._check_tree
+
+    def check_and_warn(root: Path) -> None:
+        other = threading.Thread(target=lambda: warnings.warn(text, PrivacyWarning,
+                                                              stacklevel=1))
+        other.start()
+        other.join()
+        check(root)
+
+    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)  # type: ignore[attr-defined]

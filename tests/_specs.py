@@ -20,20 +20,24 @@ import tabdp
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
-def hierarchies() -> str:
-    """The ``[hierarchies.geo]`` and ``[hierarchies.industry]`` tables of the bundled lists.
+def hierarchies(*names: str) -> str:
+    """The ``[hierarchies.<name>]`` tables of the bundled lists ``names`` (none: both).
+
+    Args:
+        *names: ``"geo"`` (state > county) and/or ``"industry"`` (naics2 > naics3 > naics4 >
+            naics6), in order.
 
     Returns:
-        TOML text (state > county; naics2 > naics3 > naics4 > naics6).
+        TOML text.
     """
-    return f"""[hierarchies.geo]
+    blocks = {"geo": f"""[hierarchies.geo]
 file = "{HIER.as_posix()}/geography.csv"
 levels = ["state", "county"]
-
-[hierarchies.industry]
+""", "industry": f"""[hierarchies.industry]
 file = "{HIER.as_posix()}/naics.csv"
 levels = ["naics2", "naics3", "naics4", "naics6"]
-"""
+"""}
+    return "\n".join(blocks[n] for n in names or ("geo", "industry"))
 
 
 def table(name: str, by: Sequence[str], mechanism: str | None = None, *,
@@ -65,23 +69,32 @@ def table(name: str, by: Sequence[str], mechanism: str | None = None, *,
 
 
 def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
-                 input_extra: str = "", domains: Mapping[str, Sequence[object]] | None = None,
-                 budget: str = "", seed: int | None = None) -> str:
+                 release_extra: str = "", input_extra: str = "",
+                 domains: Mapping[str, Sequence[object]] | None = None, budget: str = "",
+                 seed: int | None = None, sections: str = "",
+                 public: str = "out/public", confidential: str = "out/confidential") -> str:
     """A release spec reading ``path``, publishing under ``out/``, of ``tables`` (`table`).
 
     Args:
         *tables: The ``[[tables]]`` blocks, in order.
         name: ``release.name``.
         path: ``input.path``.
+        release_extra: More lines of ``[release]`` (e.g. ``delta = 1e-9``).
         input_extra: More lines of ``[input]`` (e.g. ``unit = "id"``).
         domains: ``[domains]``: column -> its values (None: no such section).
         budget: The lines of ``[budget]`` (empty: no such section).
         seed: ``[randomness] seed`` (None: no such section).
+        sections: More sections, before ``[output]`` (e.g. `hierarchies`, ``[plan]``).
+        public: ``output.public``.
+        confidential: ``output.confidential``.
 
     Returns:
-        TOML text (outputs under ``out/public`` and ``out/confidential``).
+        TOML text (outputs under ``out/public`` and ``out/confidential`` unless told).
     """
-    parts = [f'[release]\nname = "{name}"\n[input]\npath = "{path}"\n']
+    parts = [f'[release]\nname = "{name}"\n']
+    if release_extra:
+        parts.append(f"{release_extra}\n")
+    parts.append(f'[input]\npath = "{path}"\n')
     if input_extra:
         parts.append(f"{input_extra}\n")
     if domains is not None:
@@ -91,7 +104,9 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
         parts.append(f"[budget]\n{budget}\n")
     if seed is not None:
         parts.append(f"[randomness]\nseed = {seed}\n")
-    parts.append('[output]\npublic = "out/public"\nconfidential = "out/confidential"\n')
+    if sections:
+        parts.append(sections if sections.endswith("\n") else f"{sections}\n")
+    parts.append(f'[output]\npublic = "{public}"\nconfidential = "{confidential}"\n')
     return "".join(parts + list(tables))
 
 

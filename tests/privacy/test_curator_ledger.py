@@ -18,7 +18,7 @@ import tabdp
 from tabdp.exceptions import InvalidParameterError, LedgerError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import R15_SPEC, run_cli, write_curator  # noqa: E402
+from _curator import R15_SPEC, run_cli, warn_from_another_thread, write_curator  # noqa: E402
 
 pytest.importorskip("deltalake")
 
@@ -263,23 +263,8 @@ def _author_warnings(cur: tabdp.Curator, name: str) -> list[str]:
 # the ledger opened, process-wide: another thread's, perhaps about its data, became one)
 def test_another_threads_privacy_warning_never_becomes_the_authors_anchor_warning(
         tmp_path, monkeypatch):
-    import threading
-    import warnings
-
-    from tabdp.exceptions import PrivacyWarning
-    from tabdp.privacy import lifetime
-
     cur = _curator(tmp_path)
-    check = lifetime._check_tree
-
-    def check_and_warn(root: Path) -> None:  # another thread warns while the ledger opens
-        other = threading.Thread(target=lambda: warnings.warn("elsewhere", PrivacyWarning,
-                                                              stacklevel=1))
-        other.start()
-        other.join()
-        check(root)
-
-    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
+    warn_from_another_thread(monkeypatch, "elsewhere")  # while the ledger opens
     got = _author_warnings(cur, "a")  # an intact ledger with its anchor: no anchor warning
     assert not any("anchor" in m for m in got) and "elsewhere" in got
     monkeypatch.undo()

@@ -17,6 +17,7 @@ import re
 import pandas as pd
 import polars as pl
 import pytest
+from _specs import release_spec, table
 
 import tabdp
 from tabdp.exceptions import ColumnTypeError
@@ -166,36 +167,24 @@ def test_spark_refuses_keys_of_another_kind(spark: object) -> None:
 
 
 @pytest.mark.parametrize(("have", "domain", "refused"), [
-    (pl.Int64, "[true, false]", True),  # Boolean domain, integer column
-    (pl.Boolean, "[0, 1]", True),  # integer domain, Boolean column
-    (pl.Int32, "[2023, 2024]", False),  # integers of another width: allowed
-    (pl.Boolean, "[true, false]", False),
+    (pl.Int64, [True, False], True),  # Boolean domain, integer column
+    (pl.Boolean, [0, 1], True),  # integer domain, Boolean column
+    (pl.Int32, [2023, 2024], False),  # integers of another width: allowed
+    (pl.Boolean, [True, False], False),
 ])
 def test_a_spec_domain_of_another_kind_is_refused_before_any_data(
-        tmp_path: pathlib.Path, have: object, domain: str, refused: bool) -> None:
+        tmp_path: pathlib.Path, have: object, domain: list[object], refused: bool) -> None:
     """A spec's domains (curator mode) go through the same rule, from the input's schema."""
     from tabdp.exceptions import SpecError
     from tabdp.release.input_schema import check_input_schema
     from tabdp.release.spec import load_spec
 
     spec = tmp_path / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "kinds"
-[input]
-path = "{(tmp_path / 'd.parquet').as_posix()}"
-unit = "id"
-[domains]
-k = {domain}
-[output]
-public = "{(tmp_path / 'pub').as_posix()}"
-confidential = "{(tmp_path / 'conf').as_posix()}"
-[[tables]]
-name = "n"
-kind = "count"
-by = ["k"]
-mechanism = {{ family = "gaussian", sigma = 1.0 }}
-""")
+    spec.write_text(release_spec(
+        table("n", ["k"], '{ family = "gaussian", sigma = 1.0 }', kind="count"),
+        name="kinds", path=(tmp_path / "d.parquet").as_posix(), input_extra='unit = "id"',
+        domains={"k": domain}, public=(tmp_path / "pub").as_posix(),
+        confidential=(tmp_path / "conf").as_posix()))
     schema = {"id": pl.Int64, "k": have}
     if not refused:
         check_input_schema(load_spec(spec), schema, source="the input")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _curator import warn_from_another_thread
 
 import tabdp
 from tabdp import mechanisms as mech
@@ -532,25 +533,6 @@ def test_a_runs_confidential_record_lists_the_ledgers_warnings_at_open(tmp_path)
     assert "had no anchor" not in public and ".led.head.json" not in public
 
 
-def _warn_from_another_thread(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
-    """While a ledger opens (its tree checked), another thread warns a `PrivacyWarning`."""
-    import threading
-    import warnings
-
-    from tabdp.privacy import lifetime
-
-    check = lifetime._check_tree
-
-    def check_and_warn(root: Path) -> None:
-        other = threading.Thread(target=lambda: warnings.warn(text, PrivacyWarning,
-                                                              stacklevel=1))
-        other.start()
-        other.join()
-        check(root)
-
-    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
-
-
 # origin: stop 64 (the opening's notices were recorded with catch_warnings, process-wide: another
 # thread's PrivacyWarning meanwhile was taken for one of the ledger's own)
 def test_open_warnings_hold_the_openings_own_notices_not_another_threads(tmp_path,
@@ -559,7 +541,7 @@ def test_open_warnings_hold_the_openings_own_notices_not_another_threads(tmp_pat
 
     path = tmp_path / "l"
     tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()
-    _warn_from_another_thread(monkeypatch, "another thread's warning")
+    warn_from_another_thread(monkeypatch, "another thread's warning")
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         with tabdp.Ledger.open(path) as led:  # an intact ledger with its anchor
@@ -585,7 +567,7 @@ def test_ledger_cli_prints_its_own_notices_not_another_threads(tmp_path, monkeyp
     backup = tmp_path / "backup"
     shutil.copytree(path, backup, symlinks=True)
     tabdp.Ledger.create(tmp_path / "e", series="s", lifetime_budget=1.0).close()
-    _warn_from_another_thread(monkeypatch, "another thread's warning")
+    warn_from_another_thread(monkeypatch, "another thread's warning")
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         code, out, err = _verify(path)  # intact, its anchor matches: no notice

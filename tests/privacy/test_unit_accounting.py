@@ -25,6 +25,7 @@ from tabdp import mechanisms as mech
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars, session_state  # noqa: E402
+from _specs import release_spec, table  # noqa: E402
 
 KEY1 = tabdp.KeySet.from_dict(c=["a"])
 
@@ -257,43 +258,15 @@ def test_decimal_unit_ids_are_accounted_like_integer_ids() -> None:
 
 
 # -- tabdp run where a hierarchy join repeats one record, on neighbouring inputs -----------------
-_JOIN_SPEC = """
-[release]
-name = "nb"
-[input]
-path = "d.parquet"
-nulls = "zero"
-negatives = "zero"
-nonfinite = "zero"
-[hierarchies.geo]
-file = "geo.parquet"
-levels = ["state", "county"]
-[budget]
-rho = 0.6
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county"]
-keys = { file = "keys.parquet" }
-mechanism = { family = "gaussian", sigma = 1e6 }
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-keys = { file = "keys.parquet" }
-mechanism = { family = "gaussian", sigma = 1.0 }
-[[tables.rollups]]
-by = ["state"]
-direct = true
-"""
+_JOIN_EXTRA = 'keys = { file = "keys.parquet" }\n[[tables.rollups]]\nby = ["state"]\ndirect = true'
+_JOIN_SPEC = release_spec(
+    table("pay", ["county"], '{ family = "gaussian", sigma = 1e6 }', measures=["payroll"],
+          extra=_JOIN_EXTRA),
+    table("n", ["county"], '{ family = "gaussian", sigma = 1.0 }', kind="count",
+          extra=_JOIN_EXTRA),
+    name="nb", input_extra='nulls = "zero"\nnegatives = "zero"\nnonfinite = "zero"',
+    sections='[hierarchies.geo]\nfile = "geo.parquet"\nlevels = ["state", "county"]',
+    budget="rho = 0.6", seed=3)
 
 
 _B = 2**53  # Int64 codes 2**53 and 2**53 + 1 are one Float64 code: the join repeats that row

@@ -26,7 +26,7 @@ from tabdp.release import load_curator_config
 from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import warn_from_another_thread, write_curator  # noqa: E402
 
 pytest.importorskip("deltalake")
 
@@ -456,22 +456,10 @@ def test_the_id_type_refusal_never_depends_on_one_firm_of_an_earlier_release(tmp
 # origin: stop 64 (the author's anchor warning was made of every PrivacyWarning recorded while
 # the ledger opened, process-wide: another thread's, perhaps about its data, became one)
 def test_the_authors_anchor_warning_comes_from_the_ledger_alone(tmp_path, monkeypatch):
-    import threading
     import warnings
-
-    from tabdp.exceptions import PrivacyWarning
-    from tabdp.privacy import lifetime
 
     root = tmp_path / "server"
     _server(root)
-    check = lifetime._check_tree
-
-    def check_and_warn(where: Path) -> None:  # another thread warns while the ledger opens
-        other = threading.Thread(target=lambda: warnings.warn("elsewhere", PrivacyWarning,
-                                                              stacklevel=1))
-        other.start()
-        other.join()
-        check(where)
 
     def run(name: str) -> str:  # what the run says: its warnings and its stderr
         with warnings.catch_warnings(record=True) as got:
@@ -485,6 +473,6 @@ def test_the_authors_anchor_warning_comes_from_the_ledger_alone(tmp_path, monkey
     assert said.count("the lifetime ledger of dataset 'firms': its anchor (the record of its "
                       "last release kept next to it) was missing or replaced") == 1, said
     assert str(root) not in said and "ledgers" not in said
-    monkeypatch.setattr(lifetime, "_check_tree", check_and_warn)
+    warn_from_another_thread(monkeypatch, "elsewhere")  # while the ledger opens
     said = run("r2")  # an intact ledger with its anchor: no anchor warning
     assert "anchor" not in said and "elsewhere" in said, said

@@ -287,7 +287,4 @@ def test_an_escaped_character_keeps_the_path_as_written(
     # command did not recognise as the path: it showed the server's absolute folder
     root = _server(tmp_path / "srv")
     code, out, err = _cli(root, monkeypatch, "validate", given)
-    assert (code, out, err) == (
-        2, "", f"tabdp validate: spec/usage error: release spec file not found: {given!r}."
-               "\nHint: fix the path to the release.toml (relative paths start from the "
-               "current folder).\n")
+    assert (code, out, err) == not_found("validate", given)

@@ -29,7 +29,7 @@ from tabdp.release import runner as runner_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
-from _specs import hierarchies  # noqa: E402
+from _specs import hierarchies, release_spec, table, write_release  # noqa: E402
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
@@ -756,35 +756,12 @@ def test_row_mode_follows_records_through_a_hierarchy_join(tmp_path: Path) -> No
     """
     n = 30000
     df = generate_establishments(n, seed=21).drop("state")   # state comes from the join
-    df.write_parquet(tmp_path / "d.parquet")
-    path = tmp_path / "s.toml"
-    path.write_text(f"""
-[release]
-name = "rows"
-[input]
-path = "d.parquet"
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 1e6 }}
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-[[tables.rollups]]
-by = ["state"]
-direct = true
-""")
+    direct = '[[tables.rollups]]\nby = ["state"]\ndirect = true'
+    path = write_release(tmp_path, df, release_spec(
+        table("pay", ["county"], '{ family = "gaussian", sigma = 1e6 }', measures=["payroll"],
+              extra=direct),
+        table("n", ["county"], kind="count", extra=direct),
+        name="rows", sections=hierarchies("geo")))
     code, _, err = run("run", str(path), "--quiet")
     assert code == 0, err
     per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _specs import release_spec, run_quiet, table, write_release
 
 from tabdp import cli
 from tabdp.release.runner import plan_summary
@@ -20,36 +21,15 @@ from tabdp.report.html import render_summary_html
 
 
 def _spec(folder: Path, *, unit: bool, count_rows: int | None,
-          mechanism: str = "") -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+          mechanism: str | None = None) -> Path:
     # unit u has u % 4 + 1 rows in county "a" and one row in "b": rows per unit per cell 1..4
     rows = [{"id": u, "county": "a"} for u in range(40) for _ in range(u % 4 + 1)]
     rows += [{"id": u, "county": "b"} for u in range(0, 40, 2)]
-    pl.DataFrame(rows).write_parquet(folder / "d.parquet")
-    plan = "" if count_rows is None else f"[plan]\ncount_rows = {count_rows}\n"
-    path = folder / "s.toml"
-    path.write_text(f"""
-[release]
-name = "cnt"
-delta = 1e-9
-[input]
-path = "d.parquet"
-{'unit = "id"' if unit else ''}
-[domains]
-county = ["a", "b", "c"]
-[randomness]
-seed = 7
-[output]
-public = "out/public"
-confidential = "out/confidential"
-{plan}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-{mechanism}
-""", encoding="utf-8")
-    return path
+    plan = "" if count_rows is None else f"[plan]\ncount_rows = {count_rows}"
+    spec = release_spec(table("n", ["county"], mechanism, kind="count"), name="cnt",
+                        release_extra="delta = 1e-9", input_extra='unit = "id"' if unit else "",
+                        domains={"county": ["a", "b", "c"]}, seed=7, sections=plan)
+    return write_release(folder, pl.DataFrame(rows), spec)
 
 
 @pytest.mark.parametrize(("unit", "count_rows", "want"), [
@@ -71,10 +51,8 @@ def test_summary_states_the_count_statistic(tmp_path: Path, unit: bool, count_ro
 def test_published_count_counts_capped_rows(tmp_path: Path) -> None:
     """count_rows = 2: each unit counts min(rows, 2) in a cell (noise ~0: sigma = 1e-3)."""
     spec = _spec(tmp_path, unit=True, count_rows=2,
-                 mechanism='mechanism = { family = "discrete_gaussian", sigma = 0.001 }')
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err)
-    assert code == 0, err.getvalue()
+                 mechanism='{ family = "discrete_gaussian", sigma = 0.001 }')
+    run_quiet(spec)
     d = pl.read_parquet(tmp_path / "d.parquet")
     capped = (d.group_by("county", "id").len().group_by("county")
               .agg(pl.col("len").clip(upper_bound=2).sum().alias("want")))

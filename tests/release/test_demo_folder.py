@@ -18,12 +18,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _specs import hierarchies, release_spec, table
 
-import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
-
-HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -37,24 +35,10 @@ def small_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The demo runs a small spec (no seed, like the bundled one); the cwd is a fresh folder."""
     generate_establishments(500, seed=2).write_parquet(tmp_path / "d.parquet")
     spec = tmp_path / "demo.toml"
-    spec.write_text(f"""
-[release]
-name = "demo"
-[input]
-path = "d.parquet"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[output]
-public = "unused/public"
-confidential = "unused/confidential"
-[[tables]]
-name = "estabs"
-kind = "count"
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-""", encoding="utf-8")
+    spec.write_text(release_spec(
+        table("estabs", ["state"], '{ family = "gaussian", sigma = 2.0 }', kind="count"),
+        name="demo", input_extra='unit = "estab_id"', sections=hierarchies("geo"),
+        public="unused/public", confidential="unused/confidential"), encoding="utf-8")
     monkeypatch.setattr(cli, "_example_spec", lambda: spec)
     work = tmp_path / "work"
     work.mkdir()

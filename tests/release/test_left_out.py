@@ -35,6 +35,7 @@ OUTPUT = '[output]\npublic = "out/public"\nconfidential = "out/confidential"\n'
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
+from _specs import hierarchies, release_spec, table, write_release  # noqa: E402
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -332,37 +333,17 @@ def test_engine_left_out_counts_brute_force(kw: dict[str, object]) -> None:
 # -- guarantees stated truly (finding 2) -------------------------------------------------------
 
 def _multi_cell_spec(folder: Path, max_cells: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
     states = ["01", "02", "04"]
     rows = [{"estab_id": 1, "state": s, "payroll": 1e5, "employment": 5} for s in states]
     rows += [{"estab_id": 2 + i, "state": states[i % 3], "payroll": 1e4 * (i + 1),
               "employment": 1 + i} for i in range(6)]
-    pl.DataFrame(rows).write_parquet(folder / "d.parquet")
-    path = folder / "s.toml"
-    path.write_text(f"""
-[release]
-name = "multi"
-delta = 1e-9
-[input]
-path = "d.parquet"
-unit = "estab_id"
-{max_cells}
-[domains]
-state = ["01", "02", "04"]
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[plan]
-record_sizes = [5, 1e5]
-[[tables]]
-name = "pay"
-measures = ["payroll", "employment"]
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 1e5 }}
-""", encoding="utf-8")
-    return path
+    spec = release_spec(
+        table("pay", ["state"], '{ family = "gaussian", sigma = 1e5 }',
+              measures=["payroll", "employment"]),
+        name="multi", release_extra="delta = 1e-9",
+        input_extra="\n".join(filter(None, ['unit = "estab_id"', max_cells])),
+        domains={"state": states}, seed=3, sections="[plan]\nrecord_sizes = [5, 1e5]")
+    return write_release(folder, pl.DataFrame(rows), spec)
 
 
 @pytest.mark.parametrize("max_cells", ["", "max_cells = 3"])
@@ -418,38 +399,16 @@ def test_guarantee_words_bound_the_loss_of_a_unit_of_that_type(tmp_path: Path) -
         pl.lit(5, dtype=pl.Int64).alias("employment"))
     pl.concat([frame, one]).write_parquet(tmp_path / "d.parquet")
     polylog = "family = \"exp_polylog\", fixed = { p = 1 }"
-    (tmp_path / "s.toml").write_text(f"""
-[release]
-name = "words"
-delta = 1e-9
-[input]
-path = "d.parquet"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{(HIER / 'geography.csv').as_posix()}"
-levels = ["state", "county"]
-[randomness]
-seed = 3
-{OUTPUT}
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county"]
-calibrate = {{ {polylog}, targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}, typical_total = 1e7 }}
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "emp"
-measures = ["employment"]
-by = ["county"]
-calibrate = {{ {polylog}, targets = {{ "5" = 0.5, "2.5e5" = 50.0 }}, typical_total = 100.0 }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "discrete_gaussian", sigma = 2.0 }}
-""", encoding="utf-8")
+    (tmp_path / "s.toml").write_text(release_spec(
+        table("pay", ["county"], measures=["payroll"],
+              extra=f'calibrate = {{ {polylog}, targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}, '
+                    'typical_total = 1e7 }\n[[tables.rollups]]\nby = ["state"]\ndirect = true'),
+        table("emp", ["county"], measures=["employment"],
+              extra=f'calibrate = {{ {polylog}, targets = {{ "5" = 0.5, "2.5e5" = 50.0 }}, '
+                    'typical_total = 100.0 }'),
+        table("n", ["county"], '{ family = "discrete_gaussian", sigma = 2.0 }', kind="count"),
+        name="words", release_extra="delta = 1e-9", input_extra='unit = "estab_id"',
+        seed=3, sections=hierarchies("geo")), encoding="utf-8")
     code, _, err = run("run", "--test-seed", "--quiet", str(tmp_path / "s.toml"))
     assert code == 0, err
     words = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())[

@@ -7,14 +7,14 @@ threshold. The public words say so, from the spec alone, and only where it appli
 
 from __future__ import annotations
 
-import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 import pytest
+from _specs import release_spec, run_quiet, table, write_release
 
-from tabdp import cli
 from tabdp.release.runner import plan_summary
 from tabdp.release.spec import load_spec
 
@@ -25,42 +25,15 @@ BASE = ("a unit contributing more than about 1.12e+03 of {m} to a cell is left o
 
 
 def _spec(folder: Path, *, budget: str = "rho = 1.0", unit: str = 'unit = "id"',
-          second: bool = True, counties: str = '["a"]') -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"id": list(range(10)), "county": ["a"] * 10, "payroll": [1000.0] * 10,
-                  "employment": [1000.0] * 10}).write_parquet(folder / "d.parquet")
-    table_e = """
-[[tables]]
-name = "e"
-measures = ["employment"]
-by = ["county"]
-mechanism = { family = "gaussian", sigma = 790.0 }
-""" if second else ""
-    path = folder / "s.toml"
-    path.write_text(f"""
-[release]
-name = "b"
-[input]
-path = "d.parquet"
-{unit}
-negatives = "error"
-[domains]
-county = {counties}
-[budget]
-{budget}
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "p"
-measures = ["payroll"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 790.0 }}
-{table_e}
-""", encoding="utf-8")
-    return path
+          second: bool = True, counties: Sequence[str] = ("a",)) -> Path:
+    data = pl.DataFrame({"id": list(range(10)), "county": ["a"] * 10, "payroll": [1000.0] * 10,
+                         "employment": [1000.0] * 10})
+    tables = [table(m[0], ["county"], '{ family = "gaussian", sigma = 790.0 }', measures=[m])
+              for m in ("payroll", "employment")[:2 if second else 1]]
+    spec = release_spec(*tables, name="b",
+                        input_extra="\n".join(filter(None, [unit, 'negatives = "error"'])),
+                        domains={"county": counties}, budget=budget, seed=3)
+    return write_release(folder, data, spec)
 
 
 def test_constant_budget_other_currency_caveat(tmp_path: Path) -> None:
@@ -70,9 +43,7 @@ def test_constant_budget_other_currency_caveat(tmp_path: Path) -> None:
     assert f"p: {BASE.format(m='payroll')}" in words
     assert f"e: {BASE.format(m='employment')}{CAVEAT}" in words
     # the run: every unit (1,000 of each, far below 1.12e3) is left out of e, as the words warn
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(spec)
     conf = json.loads((tmp_path / "out/confidential/confidential.json").read_text())
     assert conf["releases"]["e"]["left_out_by_budget"]["units"] == 10
     assert conf["releases"]["p"]["left_out_by_budget"]["units"] == 0
@@ -87,11 +58,11 @@ def test_constant_budget_other_currency_caveat(tmp_path: Path) -> None:
     # one table, one currency: the words are those of before
     ({"second": False}, False),
     ({"second": False, "unit": ""}, False),
-    ({"second": False, "unit": 'unit = "id"\nmax_cells = 1', "counties": '["a", "b"]'}, False),
+    ({"second": False, "unit": 'unit = "id"\nmax_cells = 1', "counties": ["a", "b"]}, False),
     # a curve budget limits each currency apart: no currency caveat
     ({"budget": 'rho = { "1" = 1.0, "1e9" = 1.0 }'}, False),
     # several cells a unit may contribute to (no max_cells): the cells caveat
-    ({"second": False, "counties": '["a", "b"]'}, True),
+    ({"second": False, "counties": ["a", "b"]}, True),
 ])
 def test_caveat_only_where_it_applies(tmp_path: Path, kw: dict[str, object],
                                       caveat: bool) -> None:

@@ -11,61 +11,35 @@ manifest say which.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
+from _specs import release_spec, run_quiet, table, write_release
 
-from tabdp import cli
 from tabdp.release._left_out import LEFT_OUT_BIAS_TEXT
 from tabdp.release.runner import plan_summary
 from tabdp.release.spec import load_spec
 
-SUM_TABLE = """
-[[tables]]
-name = "p"
-measures = ["payroll"]
-by = ["county"]
-mechanism = { family = "gaussian", sigma = 790.0 }
-"""
+SUM_TABLE = table("p", ["county"], '{ family = "gaussian", sigma = 790.0 }',
+                  measures=["payroll"])
 
 
 def _spec(folder: Path, *, budget: str = "rho = 5.0", unit: str = 'unit = "id"',
           counties: int = 40, sum_first: bool = False, sigma: float = 1.0) -> Path:
     """Unit 0 has a row in every county; units 1..9 one row in county c0."""
-    folder.mkdir(parents=True, exist_ok=True)
     names = [f"c{i}" for i in range(counties)]
     rows = [{"id": 0, "county": c, "payroll": 10.0} for c in names]
     rows += [{"id": u, "county": "c0", "payroll": 10.0} for u in range(1, 10)]
-    pl.DataFrame(rows).write_parquet(folder / "d.parquet")
-    path = folder / "s.toml"
-    path.write_text(f"""
-[release]
-name = "lo"
-[input]
-path = "d.parquet"
-{unit}
-negatives = "error"
-{'bounds = { payroll = [0, 100] }' if sum_first else ''}
-[domains]
-county = {json.dumps(names)}
-[budget]
-{budget}
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-{SUM_TABLE if sum_first else ""}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "discrete_gaussian", sigma = {sigma} }}
-""", encoding="utf-8")
-    return path
+    count = table("n", ["county"], f'{{ family = "discrete_gaussian", sigma = {sigma} }}',
+                  kind="count")
+    bounds = "bounds = { payroll = [0, 100] }" if sum_first else ""
+    spec = release_spec(*([SUM_TABLE] if sum_first else []), count, name="lo",
+                        input_extra="\n".join(filter(None, [unit, 'negatives = "error"',
+                                                             bounds])),
+                        domains={"county": names}, budget=budget, seed=3)
+    return write_release(folder, pl.DataFrame(rows), spec)
 
 
 CELLS = "in more than one cell of a table (input.max_cells is not set)"
@@ -90,9 +64,7 @@ def test_count_table_states_units_beyond_the_plan(tmp_path: Path) -> None:
     assert row["limit_shared_with"] == []
     assert _count_lines(summary["left_out_in_words"]) == [HEAD + CELLS + TAIL]
     # the run: unit 0 is left out of the count, as the words warn
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(spec)
     conf = json.loads((tmp_path / "out/confidential/confidential.json").read_text())
     assert conf["releases"]["n"]["left_out_by_budget"]["units"] == 1
     pub = tmp_path / "out" / "public"
@@ -156,39 +128,15 @@ def test_curve_budget_counts_the_rows_currency_alone(tmp_path: Path) -> None:
 
 def _rollup_spec(folder: Path, count_rows: int) -> Path:
     """Unit 1: 3 rows in (A, x), 2 in (A, y); unit 2: 1 row in (A, x); unit 3: 4 in (B, x)."""
-    folder.mkdir(parents=True, exist_ok=True)
     rows = [(1, "A", "x")] * 3 + [(1, "A", "y")] * 2 + [(2, "A", "x")] + [(3, "B", "x")] * 4
-    pl.DataFrame(rows, schema=["id", "g", "h"], orient="row").write_parquet(folder / "d.parquet")
-    path = folder / "s.toml"
-    path.write_text(f"""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-unit = "id"
-[domains]
-g = ["A", "B"]
-h = ["x", "y"]
-[randomness]
-seed = 1
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[plan]
-count_rows = {count_rows}
-[[tables]]
-name = "t"
-kind = "count"
-by = ["g", "h"]
-mechanism = {{ family = "discrete_gaussian", sigma = 0.001 }}
-[[tables.rollups]]
-by = ["g"]
-direct = true
-[[tables.rollups]]
-by = []
-direct = true
-""", encoding="utf-8")
-    return path
+    spec = release_spec(
+        table("t", ["g", "h"], '{ family = "discrete_gaussian", sigma = 0.001 }', kind="count",
+              extra="[[tables.rollups]]\nby = [\"g\"]\ndirect = true\n"
+                    "[[tables.rollups]]\nby = []\ndirect = true"),
+        input_extra='unit = "id"', domains={"g": ["A", "B"], "h": ["x", "y"]}, seed=1,
+        sections=f"[plan]\ncount_rows = {count_rows}")
+    return write_release(folder, pl.DataFrame(rows, schema=["id", "g", "h"], orient="row"),
+                         spec)
 
 
 @pytest.mark.parametrize(("count_rows", "stat", "roll"), [
@@ -202,9 +150,7 @@ def test_rollups_state_what_they_count(tmp_path: Path, count_rows: int, stat: st
                                        roll: str) -> None:
     """Near-zero noise: the published rollups and direct rollups match their stated words."""
     spec = _rollup_spec(tmp_path, count_rows)
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(spec)
     d = pl.read_parquet(tmp_path / "d.parquet")
     pub = tmp_path / "out" / "public"
 

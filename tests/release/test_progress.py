@@ -12,42 +12,20 @@ import re
 from pathlib import Path
 
 import pytest
-from _specs import hierarchies
+from _specs import hierarchies, release_spec, table
 
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
 
-SPEC = """
-[release]
-name = "progress"
-[input]
-path = "d.parquet"
-{hierarchies}
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = {{ family = "gaussian", sigma = 1e5 }}
-[[tables.rollups]]
-by = ["state", "naics2"]
-[[tables.rollups]]
-by = []
-[[tables]]
-name = "estabs"
-kind = "count"
-by = ["state", "naics6"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-[[tables.rollups]]
-by = ["naics2"]
-direct = true
-"""
+SPEC = release_spec(
+    table("pay", ["county", "naics2"], '{ family = "gaussian", sigma = 1e5 }',
+          measures=["payroll"],
+          extra='[[tables.rollups]]\nby = ["state", "naics2"]\n[[tables.rollups]]\nby = []'),
+    table("estabs", ["state", "naics6"], '{ family = "gaussian", sigma = 2.0 }', kind="count",
+          extra='[[tables.rollups]]\nby = ["naics2"]\ndirect = true'),
+    name="progress", seed=3, sections=hierarchies())
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +33,7 @@ def spec_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("progress")
     generate_establishments(2000, seed=5).write_parquet(folder / "d.parquet")
     path = folder / "release.toml"
-    path.write_text(SPEC.format(hierarchies=hierarchies()), encoding="utf-8")
+    path.write_text(SPEC, encoding="utf-8")
     return path
 
 

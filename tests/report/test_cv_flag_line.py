@@ -12,6 +12,7 @@ from statistics import NormalDist
 from typing import Any
 
 import pytest
+from _specs import release_spec, table
 
 import tabdp.plotting as plotting
 from tabdp import _figcache
@@ -24,35 +25,15 @@ Z90 = NormalDist().inv_cdf(0.95)
 
 def _summary(tmp_path: Path) -> dict[str, Any]:
     path = tmp_path / "s.toml"
-    path.write_text("""
-[release]
-name = "cv"
-delta = 1e-9
-[input]
-path = "d.parquet"
-[domains]
-county = ["a", "b"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "g"
-measures = ["payroll"]
-by = ["county"]
-mechanism = { family = "gaussian", sigma = 790.0 }
-grid = 1e-6
-[[tables]]
-name = "lap"
-measures = ["payroll"]
-by = ["county"]
-mechanism = { family = "laplace", scale = 500.0 }
-grid = 1e-6
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-publication = { cv_flag = 0.2 }
-""", encoding="utf-8")
+    grid = "grid = 1e-6"
+    path.write_text(release_spec(
+        table("g", ["county"], '{ family = "gaussian", sigma = 790.0 }', measures=["payroll"],
+              extra=grid),
+        table("lap", ["county"], '{ family = "laplace", scale = 500.0 }', measures=["payroll"],
+              extra=grid),
+        table("n", ["county"], kind="count", extra="publication = { cv_flag = 0.2 }"),
+        name="cv", release_extra="delta = 1e-9", domains={"county": ["a", "b"]}),
+        encoding="utf-8")
     return plan_summary(load_spec(path))
 
 
