@@ -89,7 +89,13 @@ from tabdp.frame._stream import Planned
 from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.backends.base import Aggregated, QuantileData
 from tabdp.frame.binding import use_engine
-from tabdp.frame.keys import KeySet, check_keys_distinct, common_dtype
+from tabdp.frame.keys import (
+    KeySet,
+    _check_conversion,
+    _is_nested,
+    check_keys_distinct,
+    common_dtype,
+)
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
@@ -1428,6 +1434,20 @@ def _key_compare_dtype(st: Any) -> Any:
     and an interval a ``Duration``, so that integer keys against them are refused as on Polars
     (stop 64: an interval's cast to ``bigint`` is its seconds, and the key ``1`` took the rows
     of one second; ``timestamp_ntz`` against integer keys failed in Spark's analysis).
+
+    Nested types keep their types inside, as Polars holds the same data: an ``array`` is a
+    ``List`` of its element's dtype, a ``struct`` a ``Struct`` of its fields', and a ``map`` a
+    ``List`` of ``Struct({"key", "value"})`` (as Polars reads a Parquet or Arrow map), so that
+    `common_dtype` applies the kinds rule to the values inside as on Polars (review nest65:
+    `_pl_dtype`'s ``List(Null)`` and empty ``Struct`` paired nothing, and an ``array<bigint>``
+    against a key set of lists of dates was refused only as a dtype Spark keys cannot hold).
+
+    Example:
+        >>> from pyspark.sql import types as T
+        >>> _key_compare_dtype(T.ArrayType(T.StructType([T.StructField("a", T.LongType())])))
+        List(Struct({'a': Int64}))
+        >>> _key_compare_dtype(T.MapType(T.StringType(), T.DateType()))
+        List(Struct({'key': String, 'value': Date}))
     """
     from pyspark.sql import types as T
 
@@ -1435,7 +1455,38 @@ def _key_compare_dtype(st: Any) -> Any:
         return pl.Datetime("us")
     if isinstance(st, (T.DayTimeIntervalType, T.YearMonthIntervalType)):
         return pl.Duration("us")
+    if isinstance(st, T.ArrayType):
+        return pl.List(_key_compare_dtype(st.elementType))
+    if isinstance(st, T.StructType):
+        return pl.Struct([pl.Field(f.name, _key_compare_dtype(f.dataType)) for f in st.fields])
+    if isinstance(st, T.MapType):
+        return pl.List(pl.Struct([pl.Field("key", _key_compare_dtype(st.keyType)),
+                                  pl.Field("value", _key_compare_dtype(st.valueType))]))
     return _pl_dtype(st)
+
+
+def _check_nested_keys(c: str, st: Any, have: Any, want: Any, target: Any) -> None:
+    """Refuse a nested key column (or key set) against the other side, from the dtypes alone.
+
+    `common_dtype` has already refused values of another kind inside. A conversion Polars
+    refuses (a list against integer or date keys) is refused here with Polars' own check and
+    message (`_check_conversion`); the pairings Polars converts but Spark cannot (a struct
+    against text keys: Spark casts it to text but not back; a one-field struct against its
+    field's type) with the same message shape. Spark
+    refused all these in its analysis (an ``AnalysisException`` naming ``TRY_CAST``, not a
+    ``ColumnTypeError``; review nest65). Nested against nested goes on to `_spark_type`,
+    which refuses nested keys on Spark.
+    """
+    if not (_is_nested(have) or _is_nested(want)) or target == have:
+        return
+    _check_conversion(c, have, want, target)
+    if not _is_nested(want):
+        raise ColumnTypeError(
+            f"key column {c!r} is {have} in the data but {want} in the key set, and tabdp "
+            f"cannot compare the two (the data's keys do not convert to {target}: Spark does "
+            f"not convert a {st.simpleString()} to it and back).\nHint: build the key set "
+            "with values of the data's type, or convert the data's key column to the key "
+            "set's type first (e.g. F.to_json(c) for a struct as its JSON text).")
 
 
 def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
@@ -1461,6 +1512,7 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
         target = common_dtype(c, have, want)
         if target is None:
             target = want
+        _check_nested_keys(c, schema[c], have, want, target)
         if target == pl.Int128:
             target = pl.Int64  # Spark integers are at most 64-bit: larger keys match no row
         if target == pl.Binary and pl.Binary != want:

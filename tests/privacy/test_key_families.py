@@ -166,6 +166,72 @@ def test_spark_refuses_keys_of_another_kind(spark: object) -> None:
         assert s.records == []
 
 
+# Spark's nested key columns against nested key sets of another kind inside: (data as Spark
+# SQL, the Polars dtype the data is matched as, the key set's values). Before (review nest65)
+# the kind check saw ``List(Null)`` / an empty ``Struct`` and paired nothing: every one was
+# refused only as a key dtype Spark cannot hold, not by the kinds rule Polars applies.
+_INTS = "select {} as k, 1.0d as x union all select {}, 1.0d"
+SPARK_NESTED_REFUSED = {
+    "array int-date": (_INTS.format("array(1L)", "array(5L)"), "List(Int64)",
+                       pl.Series([[dt.date(1970, 1, 2)]])),
+    "struct int-date": (_INTS.format("named_struct('a', 1L)", "named_struct('a', 5L)"),
+                        "Struct({'a': Int64})", pl.Series([{"a": dt.date(1970, 1, 2)}])),
+    "array bool-int": (_INTS.format("array(true)", "array(false)"), "List(Boolean)",
+                       pl.Series([[1]])),
+    "array int-text": (_INTS.format("array(1L)", "array(5L)"), "List(Int64)",
+                       pl.Series([["1"]])),
+    "array of struct int-duration": (
+        _INTS.format("array(named_struct('a', 1L))", "array(named_struct('a', 5L))"),
+        "List(Struct({'a': Int64}))", pl.Series([[{"a": dt.timedelta(microseconds=1)}]])),
+    "array date-int": (_INTS.format("array(date'1970-01-02')", "array(date'2020-01-01')"),
+                       "List(Date)", pl.Series([[1]])),
+    "map int-date": (_INTS.format("map(1L, 1L)", "map(5L, 5L)"),
+                     "List(Struct({'key': Int64, 'value': Int64}))",
+                     pl.Series([[{"key": dt.date(1970, 1, 2), "value": 1}]])),
+}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("pair", list(SPARK_NESTED_REFUSED))
+def test_spark_refuses_nested_keys_of_another_kind_inside(spark: object, pair: str) -> None:
+    """Spark's arrays, structs and maps take the kinds rule inside, with Polars' message."""
+    query, shown, key = SPARK_NESTED_REFUSED[pair]
+    sdf = spark.sql(query)  # type: ignore[attr-defined]
+    keys = tabdp.KeySet(pl.DataFrame({"k": key}))
+    for frame in (sdf, sdf.limit(0)):  # from the schema alone: an empty frame too
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match="values inside") as err:
+            frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)
+        assert shown in str(err.value) and "Hint:" in str(err.value)
+        assert s.records == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("data", "key", "message"), [
+    # the control: keys of the same kind inside are refused as nested keys Spark cannot hold
+    ("array(1L)", pl.Series([[1]]), "not supported on Spark frames"),
+    ("named_struct('a', 1)", pl.Series([{"a": 1}]), "not supported on Spark frames"),
+    # a nested column against scalar keys: Spark's analysis failed (AnalysisException)
+    ("array(1L)", pl.Series([1]), "cannot compare the two"),
+    ("array(1L)", pl.Series([dt.date(1970, 1, 2)]), "cannot compare the two"),
+    ("named_struct('a', 1L)", pl.Series([1]), "cannot compare the two"),
+    ("named_struct('a', 1L)", pl.Series(["{1}"]), "cannot compare the two"),
+    ("map(1L, 1L)", pl.Series([1]), "cannot compare the two"),
+    ("1L", pl.Series([[1]]), "cannot compare the two"),
+])
+def test_spark_refuses_nested_keys_against_scalars_from_the_schema(
+        spark: object, data: str, key: pl.Series, message: str) -> None:
+    """A nested key column against scalar keys (or the reverse): a ColumnTypeError, no data read."""
+    sdf = spark.sql(f"select {data} as k, 1.0d as x")  # type: ignore[attr-defined]
+    keys = tabdp.KeySet(pl.DataFrame({"k": key}))
+    for frame in (sdf, sdf.limit(0)):
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match=message) as err:
+            frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)
+        assert "Hint:" in str(err.value)
+        assert s.records == []
+
+
 @pytest.mark.parametrize(("have", "domain", "refused"), [
     (pl.Int64, [True, False], True),  # Boolean domain, integer column
     (pl.Boolean, [0, 1], True),  # integer domain, Boolean column
