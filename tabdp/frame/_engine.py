@@ -547,9 +547,9 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
 
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = (),
-                   cell: pl.Expr | None = None
-                   ) -> tuple[pl.LazyFrame, pl.LazyFrame | None]:
-    """The lazy plan of a row-mode snapshot (one row per row id) and its totals over all rows.
+                   cell: pl.Expr | None = None, keyless: bool = False
+                   ) -> tuple[pl.LazyFrame, pl.LazyFrame | None, pl.LazyFrame | None]:
+    """The lazy plans of a row-mode snapshot (one row per row id), its totals and its strays.
 
     The totals (the counters, named by flag, and ``FP<column>``, the fingerprints: one row,
     None without any) are a plan over the same input, collected with it (`_row_snapshot`).
@@ -558,6 +558,9 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     input (``unit=ROW_ID``, the release workflow). ``bound``: the columns the session's earlier
     releases bound (fingerprinted again with the columns this release reads; unit=None).
     ``cell``: each row's cell (`_row_cell_expr`), a column ``_CELL`` of the rows' plan.
+    ``keyless`` (with ``cell``): the rows' plan leaves out the key columns, and the third
+    plan holds the rows outside the key set (``_CELL`` null) with them (``ROW_ID``, ``by``,
+    ``_ROWS``); else the third plan is None.
     """
     keep, values, counters = _snapshot_exprs(schema, unit, measures, rules)
     if unit is None:
@@ -567,21 +570,27 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
-    # one evaluation of the input for the rows and their totals (`cache`: the two queries of
+    keyless = keyless and cell is not None
+    if keyless:
+        assert cell is not None
+        base = base.with_columns(cell.alias(_CELL))
+    # one evaluation of the input for the rows and their totals (`cache`: the queries of
     # `collect_all` share it): an input whose rows differ between evaluations (a shuffle, a
     # sample, a file rewritten) would otherwise be checked and fingerprinted on other rows
     # than those released (review r19)
     base = base.cache()
     # (no column of the rows read: one per row, its count is the frame's height)
+    rows = pl.col(_KEEP).cast(pl.Int64).alias(_ROWS)
     plan = base.select(
-        pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-        pl.col(_KEEP).cast(pl.Int64).alias(_ROWS),
-        *([] if cell is None else [cell.alias(_CELL)]))
+        pl.col(ROW_ID), *([] if keyless else [pl.col(c) for c in by]), *values.values(), rows,
+        *([] if cell is None else [pl.col(_CELL) if keyless else cell.alias(_CELL)]))
+    strays = (base.filter(pl.col(_CELL).is_null()).select(pl.col(ROW_ID), *by, rows)
+              if keyless else None)
     # the counters and fingerprints are totals over all rows: summed in the same pass (the
     # scan is shared, `collect_all`), not kept as per-row columns
     sums = [*[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()],
             *[f.sum() for f in fps]]
-    return plan, base.select(sums) if sums else None
+    return plan, base.select(sums) if sums else None, strays
 
 
 class _Snapshot(NamedTuple):
@@ -606,6 +615,9 @@ class _Snapshot(NamedTuple):
     # Row mode: each row's cell for a (key set, grouping) (`cells_of`), kept for the
     # session's next release of the same snapshot: (id(keys), by) -> (keys, the cell column).
     cells: dict[Any, tuple[KeySet, pl.Series]] | None = None
+    # Row mode without the key columns in ``data`` (`_row_snapshot`): the rows outside the
+    # key set of ``cells`` (ROW_ID, the key columns, _ROWS); None when ``data`` holds them.
+    strays: pl.DataFrame | None = None
 
 
 def drops_rows(rules: _Rules) -> bool:
@@ -660,8 +672,12 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
                   and set(binding.of(sess).bound_columns()) <= set(cached["snapshot"].fingerprints)
                   and cached.get("keys") is (keys if unit_mode else None))
+        snap_: _Snapshot = cached["snapshot"]
+        if usable and snap_.strays is not None:  # no key columns: its own key set only
+            known = (snap_.cells or {}).get((id(keys), tuple(by)))
+            usable = known is not None and known[0] is keys
         if usable:
-            snap: _Snapshot = cached["snapshot"]
+            snap: _Snapshot = snap_
             keep_cols = [c for c in snap.data.columns
                          if c not in cached["measures"] or c in measures]
             counts = {k: v for k, v in snap.counts.items()
@@ -670,7 +686,8 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             outside = None if snap.outside is None else snap.outside.select(
                 [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row, outside, snap.order, snap.totals, snap.cells)
+                             snap.per_row, outside, snap.order, snap.totals, snap.cells,
+                             snap.strays)
     if unit_mode:
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
@@ -758,13 +775,20 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
     sess = op.session
     cell = (_row_cell_expr(op.schema, keys, by)
             if unit is None and keys is not None else None)
-    plan, sums = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
-                                binding.of(sess).bound_columns(), cell)
-    if sums is not None:  # bounded memory for inputs larger than RAM; one scan for both
-        data, totals = pl.collect_all([plan, sums], engine="streaming")
-        total = totals.row(0, named=True)
-    else:
-        data, total = plan.collect(engine="streaming"), {}
+    # every row's cell known in the pass and no cell audit (which reads the rows' keys): the
+    # key columns are kept for the rows outside the key set only (`_Snapshot.strays`), not
+    # as two text columns of every row; a later release of the same frame and grouping with
+    # another key set takes a snapshot of its own (`_take_snapshot`)
+    keyless = cell is not None and bool(by) and not sess.track_cells
+    plan, sums, strays = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
+                                        binding.of(sess).bound_columns(), cell, keyless)
+    queries = [plan, *([] if sums is None else [sums]), *([] if strays is None else [strays])]
+    # bounded memory for inputs larger than RAM; one scan for every query
+    got = (pl.collect_all(queries, engine="streaming") if len(queries) > 1
+           else [plan.collect(engine="streaming")])
+    data = got[0]
+    total = got[1].row(0, named=True) if sums is not None else {}
+    stray_rows = got[-1] if strays is not None else None
     counts = {k: int(v or 0) for k, v in total.items() if not k.startswith(FP)}
     rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {k[len(FP):]: int(v or 0) for k, v in total.items() if k.startswith(FP)}
@@ -782,7 +806,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         cells[(id(keys), tuple(by))] = (keys, data[_CELL])
         data = data.drop(_CELL)
     return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
-                     cells=cells)
+                     cells=cells, strays=stray_rows)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -880,6 +904,8 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
     if known is not None and known[0] is keys:
         data = snap.data.with_columns(known[1])
     else:
+        # (a snapshot without key columns serves its own key set only: `_take_snapshot`)
+        assert snap.strays is None
         data = _attach_cells(snap.data, keys, by)
         if snap.cells is not None:
             snap.cells.clear()  # one grouping kept: the last one

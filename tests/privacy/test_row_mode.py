@@ -1000,3 +1000,62 @@ def test_the_row_snapshot_finds_text_cells_in_its_pass(monkeypatch: pytest.Monke
     assert len(attached) == 1  # the sum found them; the count took the sum's
     for g, w in zip(got, want, strict=True):
         assert g.equals(w) if isinstance(g, pl.DataFrame) else g == w
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_the_row_snapshot_keeps_the_keys_of_rows_outside_the_key_set_only(
+        monkeypatch: pytest.MonkeyPatch, lazy: bool) -> None:
+    """Row mode in memory: a snapshot whose pass finds every row's cell holds no key column.
+
+    The two text key columns of every row were held (16-byte views each) though read only for
+    the rows outside the key set (their count of distinct keys) or for another key set. Now
+    only the rows outside it keep them (`_Snapshot.strays`); a release with another key set
+    of the same frame and grouping takes its own snapshot. Tables, per-record report and
+    confidential summary are those of the path that keeps the keys (null keys and keys
+    outside the key set included).
+    """
+    from tabdp.frame import _engine as eng
+
+    rng = np.random.default_rng(11)
+    c = rng.choice(["A", "B", "Z"], 400).tolist()
+    c[::37] = [None] * len(c[::37])
+    df = pl.DataFrame({"c": c, "k": rng.choice(["p", "q", "r"], 400),
+                       "x": rng.lognormal(1.0, 1.0, 400)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=["p", "q"])
+    other = tabdp.KeySet.from_dict(c=["B", "Z"], k=["q", "r"])
+    snaps: list[Any] = []
+    take = eng._row_snapshot
+
+    def spied(*a: Any, **k: Any) -> Any:
+        snaps.append(take(*a, **k))
+        return snaps[-1]
+
+    def run() -> list[Any]:
+        s = tabdp.Session(seed=5, streaming=False, budget=40.0)
+        frame: Any = df.lazy() if lazy else df
+        out = [frame.dp.sum("x", by=["c", "k"], keys=keys, mechanism=mech.Gaussian(3.0),
+                            session=s),
+               frame.dp.count(by=["c", "k"], keys=keys, session=s),
+               frame.dp.count(by=["c", "k"], keys=other, session=s),
+               frame.dp.sum("x", by=["c", "k"], keys=keys, mechanism=mech.Gaussian(3.0),
+                            session=s)]
+        rep = s.report()
+        return [*out, rep.per_record, rep.confidential_summary()]
+
+    monkeypatch.setattr(eng, "_row_snapshot", spied)
+    got = run()
+    # the count of the same key set took the sum's snapshot; the other key set its own
+    assert len(snaps) == 3
+    outside = df.filter(~(pl.col("c").is_in(["A", "B"]) & pl.col("k").is_in(["p", "q"]))
+                        | pl.col("c").is_null())
+    for snap in snaps:
+        assert not {"c", "k"} & set(snap.data.columns)
+        assert snap.strays is not None and snap.data.height == df.height
+    assert snaps[0].strays.height == outside.height
+    assert set(snaps[0].strays.columns) >= {"c", "k"}
+    monkeypatch.setattr(eng, "_row_cell_expr", lambda *a: None)
+    snaps.clear()
+    want = run()
+    assert len(snaps) == 1 and snaps[0].strays is None  # the keys kept: one snapshot
+    for g, w in zip(got, want, strict=True):
+        assert g.equals(w) if isinstance(g, pl.DataFrame) else g == w

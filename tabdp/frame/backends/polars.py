@@ -456,7 +456,9 @@ class MemoryBackend(_PolarsOutput):
         # units whose rows were all dropped by a rule contribute nothing and pay nothing
         if snap.outside is None:  # (one filter: the frame is copied once)
             inside = data.filter(pl.col(_CELL).is_not_null() & (pl.col(_ROWS) > 0))
-            outside = data.filter(pl.col(_CELL).is_null())
+            # (a snapshot without key columns kept its rows outside the key set with them)
+            outside = data.filter(pl.col(_CELL).is_null()) if snap.strays is None \
+                else snap.strays
         else:  # unit mode: the snapshot kept the rows outside the key set apart
             some = data[_ROWS] > 0  # (a copy of the table only if a rule dropped rows)
             inside = data if some.all(ignore_nulls=False) is True else data.filter(some)
