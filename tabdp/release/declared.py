@@ -417,7 +417,8 @@ def file_columns(file: Path) -> tuple[pl.Schema, frozenset[str]]:
     author-mode run where its neighbour without it ran (review rev65p). Its footer is then
     read with pyarrow: the names held once with their Polars dtypes (as `pl.from_arrow` gives
     them, which is how `scan_declared` reads such a file), and the names held more than once
-    (no engine reads them apart: null in that file). No value is read.
+    (no engine reads them apart: null in that file; so is a column holding a struct with a
+    field name twice, which Polars cannot build). No value is read.
 
     Args:
         file: The file (any path: `parquet_source`).
@@ -449,9 +450,26 @@ def file_columns(file: Path) -> tuple[pl.Schema, frozenset[str]]:
 
     footer = pq.read_schema(parquet_source(file))
     counts = collections.Counter(footer.names)
-    once = pa.schema([f for f in footer if counts[f.name] == 1])
+    twice = {n for n, k in counts.items() if k > 1}
+    # a struct holding a field name twice: Polars panics building even its empty column
+    twice |= {f.name for f in footer if _field_twice(f.type)}
+    once = pa.schema([f for f in footer if f.name not in twice])
     return (pl.Schema(pl.from_arrow(once.empty_table()).schema),  # type: ignore[union-attr]
-            frozenset(n for n, k in counts.items() if k > 1))
+            frozenset(twice))
+
+
+def _field_twice(t: Any) -> bool:
+    """Whether an Arrow type holds a struct with a field name twice, at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        return len(set(names)) < len(names) or any(_field_twice(t.field(i).type)
+                                                   for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _field_twice(t.key_type) or _field_twice(t.item_type)
+    value = getattr(t, "value_type", None)  # lists of any kind, dictionaries
+    return value is not None and _field_twice(value)
 
 
 #: How one declared column of one file is read (`file_plans`): from the file's folders
@@ -527,7 +545,9 @@ def _readable(dtype: Any) -> bool:
     """Whether Polars can read a file column of ``dtype`` at all (from the dtype alone).
 
     Polars reports a ``decimal256`` column (precision above 38) in the schema but fails, or
-    panics, on any expression that reads it (review R12); such a column is read as nulls.
+    panics, on any expression that reads it (review R12); such a column is read as nulls. So
+    does a struct holding a field name twice, at any depth (review rev65p: "duplicate struct
+    field", one such file stopped the run).
     """
     if isinstance(dtype, pl.Decimal):
         return dtype.precision is None or dtype.precision <= 38
@@ -536,7 +556,8 @@ def _readable(dtype: Any) -> bool:
         return _readable(inner)
     fields = getattr(dtype, "fields", None)
     if fields:
-        return all(_readable(f.dtype) for f in fields)
+        names = [f.name for f in fields]
+        return len(set(names)) == len(names) and all(_readable(f.dtype) for f in fields)
     return True
 
 
