@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 import polars as pl
@@ -23,7 +23,7 @@ from tabdp._temporal import formattable
 
 __all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
            "hive_columns", "LOST", "is_data_file", "file_plans", "parquet_source",
-           "file_schema", "read_declared_spark"]
+           "file_schema", "file_columns", "read_declared_spark"]
 
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
@@ -387,6 +387,8 @@ def parquet_source(file: Path) -> Any:
 def file_schema(file: Path) -> pl.Schema:
     """A Parquet data file's own schema, from its footer (Polars dtypes; no value is read).
 
+    A name the file holds more than once is left out (`file_columns`).
+
     Args:
         file: The file (any path: `parquet_source`).
 
@@ -403,7 +405,71 @@ def file_schema(file: Path) -> pl.Schema:
         >>> file_schema(d / "a.parquet")
         Schema([('v', Int64)])
     """
-    return pl.scan_parquet(parquet_source(file), hive_partitioning=False).collect_schema()
+    return file_columns(file)[0]
+
+
+def file_columns(file: Path) -> tuple[pl.Schema, frozenset[str]]:
+    """A Parquet data file's columns held once (Polars dtypes), and the names held twice or more.
+
+    Parquet allows two columns of one name (pyarrow writes them, e.g. from a pandas frame
+    with a repeated column name); Polars refuses such a file outright (``DuplicateError``),
+    even for its other columns, so one such file, which can hold one record, stopped an
+    author-mode run where its neighbour without it ran (review rev65p). Its footer is then
+    read with pyarrow: the names held once with their Polars dtypes (as `pl.from_arrow` gives
+    them, which is how `scan_declared` reads such a file), and the names held more than once
+    (no engine reads them apart: null in that file; so is a column holding a struct with a
+    field name twice, which Polars cannot build). No value is read.
+
+    Args:
+        file: The file (any path: `parquet_source`).
+
+    Returns:
+        The schema of the columns held once, and the names held more than once.
+
+    Raises:
+        polars.exceptions.PolarsError, OSError, pyarrow.ArrowException: The file is not
+            readable Parquet.
+
+    Example:
+        >>> import tempfile
+        >>> import pyarrow as pa, pyarrow.parquet as pq
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pq.write_table(pa.table([[1], [2], [3]], names=["v", "v", "w"]), d / "a.parquet")
+        >>> file_columns(d / "a.parquet")
+        (Schema([('w', Int64)]), frozenset({'v'}))
+    """
+    try:
+        return (pl.scan_parquet(parquet_source(file), hive_partitioning=False).collect_schema(),
+                frozenset())
+    except pl.exceptions.DuplicateError:
+        pass
+    import collections
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    footer = pq.read_schema(parquet_source(file))
+    counts = collections.Counter(footer.names)
+    twice = {n for n, k in counts.items() if k > 1}
+    # a struct holding a field name twice: Polars panics building even its empty column
+    twice |= {f.name for f in footer if _field_twice(f.type)}
+    once = pa.schema([f for f in footer if f.name not in twice])
+    return (pl.Schema(pl.from_arrow(once.empty_table()).schema),  # type: ignore[union-attr]
+            frozenset(twice))
+
+
+def _field_twice(t: Any) -> bool:
+    """Whether an Arrow type holds a struct with a field name twice, at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        return len(set(names)) < len(names) or any(_field_twice(t.field(i).type)
+                                                   for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _field_twice(t.key_type) or _field_twice(t.item_type)
+    value = getattr(t, "value_type", None)  # lists of any kind, dictionaries
+    return value is not None and _field_twice(value)
 
 
 #: How one declared column of one file is read (`file_plans`): from the file's folders
@@ -415,7 +481,8 @@ ColumnPlan = tuple[str, Any]
 
 
 def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
-               readable: Callable[[Any], bool] | None = None
+               readable: Callable[[Any], bool] | None = None,
+               twice: set[Path] | None = None
                ) -> list[tuple[Path, dict[str, ColumnPlan]]]:
     """Each data file of a dataset and, for each declared column, where its values come from.
 
@@ -424,13 +491,17 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
     file's own Parquet footer (its schema; no value is read). A ``name=value`` folder above
     the file gives a declared column ``name`` its value (`_hive_values`; not with ``hive``
     ``False``); else a file column of that name is read when ``readable`` accepts its dtype
-    (a Polars dtype, from the footer), and is null otherwise; a column the file lacks is null.
+    (a Polars dtype, from the footer), and is null otherwise; a column the file lacks is null,
+    and so is one whose name the file holds more than once (`file_columns`: no engine reads
+    it apart; ``("unreadable", Binary)``).
 
     Args:
         path: A Parquet file or a folder read whole (`dataset_files`).
         schema: Declared column -> Polars dtype.
         hive: ``False`` reads no partition folders.
         readable: Whether the engine reads a file column of this dtype (default: all).
+        twice: Filled with the files holding a name more than once (Polars reads no column
+            of them: `scan_declared` reads them with pyarrow).
 
     Returns:
         ``[(file, {column: (how, what)})]`` in the order of `dataset_files` (see `ColumnPlan`).
@@ -448,7 +519,9 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
     folder = path.is_dir()
     plans = []
     for file in dataset_files(path):
-        have = file_schema(file)
+        have, held_twice = file_columns(file)
+        if held_twice and twice is not None:
+            twice.add(file)
         values = (_hive_values(file.relative_to(path), schema)
                   if folder and hive is not False else {})
         plan: dict[str, ColumnPlan] = {}
@@ -457,6 +530,8 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
                 plan[c] = ("unreadable", pl.Binary)  # a folder value that is not UTF-8
             elif c in values:
                 plan[c] = ("folder", values[c])
+            elif c in held_twice:  # review rev65p: Polars refused the file, Spark the column
+                plan[c] = ("unreadable", pl.Binary)
             elif c in have:
                 ok = readable is None or readable(have[c])
                 plan[c] = ("column" if ok else "unreadable", have[c])
@@ -470,7 +545,9 @@ def _readable(dtype: Any) -> bool:
     """Whether Polars can read a file column of ``dtype`` at all (from the dtype alone).
 
     Polars reports a ``decimal256`` column (precision above 38) in the schema but fails, or
-    panics, on any expression that reads it (review R12); such a column is read as nulls.
+    panics, on any expression that reads it (review R12); such a column is read as nulls. So
+    does a struct holding a field name twice, at any depth (review rev65p: "duplicate struct
+    field", one such file stopped the run).
     """
     if isinstance(dtype, pl.Decimal):
         return dtype.precision is None or dtype.precision <= 38
@@ -479,7 +556,8 @@ def _readable(dtype: Any) -> bool:
         return _readable(inner)
     fields = getattr(dtype, "fields", None)
     if fields:
-        return all(_readable(f.dtype) for f in fields)
+        names = [f.name for f in fields]
+        return len(set(names)) == len(names) and all(_readable(f.dtype) for f in fields)
     return True
 
 
@@ -513,7 +591,9 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
     all files at once; the only extra cost of the normal path); a file that fails is read
     with pyarrow, its text columns taken as bytes and decoded value by value, a value that
     is not UTF-8 null (and a nested column holding text null). Whichever way a file is read,
-    its values are the same wherever they are UTF-8.
+    its values are the same wherever they are UTF-8. A file holding a name twice (Parquet
+    allows it; Polars refuses the whole file) is read that way too, a declared column of that
+    name null there (`file_columns`; review rev65p: one such file stopped the run).
 
     Args:
         path: A Parquet file or a folder read whole (`dataset_files`).
@@ -541,11 +621,17 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
         [(4611686018427387905, 3), (5, None), (6, None)]
     """
     frames = []
-    plans = file_plans(path, schema, hive=hive, readable=_readable)
-    broken = set() if schema_only else _not_utf8(plans)
+    twice: set[Path] = set()
+    plans = file_plans(path, schema, hive=hive, readable=_readable, twice=twice)
+    broken = set() if schema_only else _not_utf8([p for p in plans if p[0] not in twice])
     for file, plan in plans:
         invalid: dict[str, str] = {}
-        if file in broken:  # text that is not UTF-8: read by pyarrow, such a value null
+        if file in twice and schema_only:  # (Polars cannot scan it: its schema alone)
+            source = pl.LazyFrame(schema={c: what for c, (how, what) in plan.items()
+                                          if how == "column"})
+        elif file in broken or file in twice:
+            # text that is not UTF-8 (such a value null), or a name held twice (review
+            # rev65p: Polars reads no column of the file): read by pyarrow
             source, plan, invalid = _read_not_utf8(file, plan)
         else:
             source = pl.scan_parquet(parquet_source(file), hive_partitioning=False)
@@ -685,7 +771,9 @@ def _read_not_utf8(file: Path, plan: dict[str, ColumnPlan]
 
     Its text columns are read by pyarrow as bytes and decoded (`_utf8_or_null`), then given
     their file dtype (``String``, ``Categorical``); its other columns are read by Polars, as
-    for any file. A nested column holding text is null (no declared type converts it).
+    for any file (by pyarrow when the file holds a name twice, which Polars refuses; such a
+    file is read here whatever its text). A nested column holding text is null (no declared
+    type converts it).
 
     Returns:
         The file's frame (in memory), its plan, and for each text column the name of a
@@ -700,8 +788,13 @@ def _read_not_utf8(file: Path, plan: dict[str, ColumnPlan]
     plan = {c: (("unreadable", what) if c in cols and c not in flat and _has_text(what)
                 else (how, what)) for c, (how, what) in plan.items()}
     plain = [c for c in cols if plan[c][0] == "column" and c not in flat]
-    frame = (pl.read_parquet(parquet_source(file), columns=plain, hive_partitioning=False)
-             if plain else None)
+    frame = None
+    if plain:
+        try:
+            frame = pl.read_parquet(parquet_source(file), columns=plain, hive_partitioning=False)
+        except pl.exceptions.DuplicateError:  # a name held twice: Polars reads no column
+            frame = cast(pl.DataFrame, pl.from_arrow(
+                pq.ParquetFile(parquet_source(file)).read(columns=plain)))
     table = pq.ParquetFile(parquet_source(file)).read(columns=flat)
     n = table.num_rows if frame is None else frame.height
     extra: list[pl.Series] = [pl.Series("__tabdp_rows", [None] * n, pl.Null)]
@@ -865,7 +958,8 @@ def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str,
     if not any(how == "column" for how, _ in plan.values()):
         return plan
     lower: dict[str, int] = {}
-    for c in file_schema(file):
+    once, twice = file_columns(file)
+    for c in [*once, *twice, *twice]:  # a name held twice counts twice (review rev65p)
         lower[c.lower()] = lower.get(c.lower(), 0) + 1
     return {c: ("unreadable", what) if how == "column" and lower.get(c.lower(), 0) > 1
             else (how, what) for c, (how, what) in plan.items()}
