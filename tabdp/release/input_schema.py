@@ -17,7 +17,8 @@ Which schema:
 
 The rules are the engine's (`_engine`): measures must be numeric (not Boolean),
 unit ids scalar, and key columns comparable with their domain without converting numbers to text
-or text to numbers (author mode converts other key types to the domain's type first).
+or text to numbers (author mode converts other key types to the domain's type first, between
+the kinds the engine compares only: `tabdp.frame.keys.check_key_pair`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from tabdp.exceptions import ColumnTypeError, DataValidationError, LedgerError, SpecError
-from tabdp.frame.keys import KeySet, check_cell_keys
+from tabdp.frame.keys import KeySet, check_cell_keys, check_key_pair
 from tabdp.release._input import ROW_ID, scan_input
 from tabdp.release.spec import ReleaseSpec, read_keys
 
@@ -206,7 +207,17 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
                 "domain or hierarchy file is read as text: use Parquet for integer codes, or "
                 "list them inline), or store the column in the data in the domain's type.")
         if author and have != want:
-            continue  # author mode converts the key column to the domain's type first
+            # author mode converts the key column to the domain's type first, between the
+            # kinds the engine compares only (stop 65: a Boolean column and a decimal domain
+            # passed here; the conversion failed once a record held a value)
+            try:
+                check_key_pair(c, have, want, declared=True)
+            except ColumnTypeError as err:
+                raise SpecError(f"tables[{i}].by[{j}]",
+                                f"key column {c!r} (table {t.name!r}) is {have} in {source} "
+                                f"and cannot be compared with {where}: {err} {_NO_DATA}"
+                                ) from None
+            continue
         if t.keys_file is not None:
             keys_frame = values
             continue
