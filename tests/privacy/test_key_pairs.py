@@ -49,20 +49,25 @@ nulls = "drop"
 negatives = "zero"
 nonfinite = "drop"
 bounds = {{ v = [0, 100] }}
-[domains]
-owned = {domain}
+{domain}
 [[tables]]
 name = "t"
 measures = ["v"]
 by = ["owned"]
+{keys}
 mechanism = {{ family = "gaussian", sigma = 3 }}
 [randomness]
 seed = 7
 """
 
 
-def _server(root: Path, owned: list[Any], domain: Any) -> tuple[int, str, str]:
-    """An author-mode run of SPEC on a dataset whose Boolean key column holds ``owned``."""
+def _server(root: Path, owned: list[Any], domain: Any, *, keys_file: bool = False
+            ) -> tuple[int, str, str]:
+    """An author-mode run of SPEC on a dataset whose Boolean key column holds ``owned``.
+
+    ``domain``: the inline domain's text, or an Arrow array (a Parquet file in a public
+    folder): the domain, or with ``keys_file`` the table's allowed keys (no domain).
+    """
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     (root / "ds").mkdir(parents=True)
@@ -78,32 +83,38 @@ def _server(root: Path, owned: list[Any], domain: Any) -> tuple[int, str, str]:
         text = '{ file = "dom.parquet" }'
     write_curator(root, {"d": "ds"}, public=[root / "pub"], seeded=True,
                   schemas={"d": {"id": "Int64", "owned": "Boolean", "v": "Int64"}})
-    (root / "s.toml").write_text(SPEC.format(domain=text), encoding="utf-8")
+    spec = (SPEC.format(domain="", keys=f"keys = {text}") if keys_file
+            else SPEC.format(domain=f"[domains]\nowned = {text}", keys=""))
+    (root / "s.toml").write_text(spec, encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(["run", str(root / "s.toml"), "--curator", str(root / "curator.toml"),
                      "--overwrite", "--test-seed"], stdout=out, stderr=err)
     return code, out.getvalue().replace(str(root), "<R>"), err.getvalue().replace(str(root), "<R>")
 
 
-@pytest.mark.parametrize("domain", ["decimal", "integer"])
+@pytest.mark.parametrize("domain", ["decimal", "integer", "keys-file"])
 def test_author_key_of_another_kind_is_refused_before_any_data(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, domain: str) -> None:
     """Neighbours: five records with a null key, and one more holding ``True``.
 
     Before: against a decimal domain file the first ran (exit 0) and the second stopped with
     exit 4 (Polars casts no Boolean to a decimal, which it finds only on a value); against
-    the inline domain ``[0, 1]`` both ran and ``True`` was published as the cell ``1``.
+    the inline domain ``[0, 1]`` both ran and ``True`` was published as the cell ``1``;
+    against an allowed-keys file of integers (no domain) validation skipped the pair and
+    both runs stopped with the data-dependent failure (exit 4), decided from the types.
     """
     pa = pytest.importorskip("pyarrow")
-    dom: Any = (pa.array([decimal.Decimal(0), decimal.Decimal(1)], pa.decimal128(5, 0))
-                if domain == "decimal" else "[0, 1]")
+    dom: Any = {"decimal": pa.array([decimal.Decimal(0), decimal.Decimal(1)],
+                                    pa.decimal128(5, 0)),
+                "integer": "[0, 1]", "keys-file": pa.array([0, 1], pa.int64())}[domain]
     monkeypatch.chdir(tmp_path)
-    views = [_server(tmp_path / name, [None] * 5 + extra, dom)
+    views = [_server(tmp_path / name, [None] * 5 + extra, dom, keys_file=domain == "keys-file")
              for name, extra in (("without", []), ("with", [True]))]
     assert views[0] == views[1], views
     code, _, err = views[0]
     assert code == 2, views[0]
-    assert "tables[0].by[0]" in err and "cannot compare" in err and "same kind" in err
+    where = "tables[0].keys" if domain == "keys-file" else "tables[0].by[0]"
+    assert where in err and "cannot compare" in err and "same kind" in err
     assert "Boolean" in err and ("Decimal" in err or "Int64" in err) and "Hint:" in err
     assert "no data was read" in err
     assert not (tmp_path / "with" / "releases").exists()
