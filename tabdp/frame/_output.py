@@ -284,10 +284,16 @@ def _key_cast(s: pl.Series, want: Any) -> pl.Series:
     whether the data held other values before it.
     """
     if isinstance(want, (pl.Enum, pl.Categorical)):
-        vals = s.cast(pl.String).unique(maintain_order=True).drop_nulls().to_list()
-        return s.cast(pl.String).cast(pl.Enum(vals))
+        try:
+            text = s.cast(pl.String, strict=True)
+        except Exception:  # noqa: BLE001 - bytes keys that are not text: kept as bytes
+            return s
+        vals = text.unique(maintain_order=True).drop_nulls().to_list()
+        return text.cast(pl.Enum(vals))
     if s.dtype == want:
         return s
+    if want == pl.Binary and isinstance(s.dtype, (pl.Enum, pl.Categorical)):
+        s = s.cast(pl.String)  # text keys of any text dtype against bytes: as String keys
     try:
         out = s.cast(want, strict=True)
         if out.cast(s.dtype, strict=False).eq_missing(s).all():

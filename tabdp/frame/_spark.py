@@ -90,6 +90,7 @@ from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.backends.base import Aggregated, QuantileData
 from tabdp.frame.binding import use_engine
 from tabdp.frame.keys import (
+    _TEXT,
     KeySet,
     _check_conversion,
     _is_nested,
@@ -1516,7 +1517,9 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
         if target == pl.Int128:
             target = pl.Int64  # Spark integers are at most 64-bit: larger keys match no row
         if target == pl.Binary and pl.Binary != want:
-            target = want  # bytes against text: Spark casts bytes to text without failing
+            # bytes against text (or a key set of nulls only): Spark casts bytes to text
+            # without failing, and holds no bytes keys
+            target = want if isinstance(want, _TEXT) else pl.String
         try:
             kc = keys_pl[c].cast(target, strict=target != pl.Int64)
         except Exception as err:  # the public key set does not convert: data-free error

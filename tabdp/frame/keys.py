@@ -25,7 +25,8 @@ from tabdp.exceptions import (
     UnsupportedBackendError,
 )
 
-__all__ = ["KeySet", "check_cell_keys", "check_keys_distinct", "common_dtype", "pandas_keys"]
+__all__ = ["KeySet", "check_cell_keys", "check_key_pair", "check_keys_distinct", "common_dtype",
+           "pandas_keys"]
 
 
 #: The largest key set a cross product may have: every cell index (mixed radix, first column
@@ -386,8 +387,9 @@ def _key_kind(dtype: Any) -> str | None:
 
     Integers of every width, floats and decimals are numbers; ``Date`` and ``Datetime`` (any
     unit, any zone) are dates and times; ``Duration`` (any unit) durations; ``Time`` times of
-    day. ``Null`` (a column or key set of nulls only) holds no value to misread; lists,
-    structs and objects are left to the conversion checks.
+    day. ``Null`` (a column or key set of nulls only) holds no value to misread (`common_dtype`
+    compares it in the other side's dtype); lists, structs and objects are left to the
+    conversion checks.
     """
     if isinstance(dtype, _TEXT):
         return "text"
@@ -432,8 +434,9 @@ def _check_key_kinds(col: str, have: Any, want: Any) -> None:
         "duration, 1 for True), and rows would fall silently into the wrong cells. Keys "
         "are compared with data of the same kind only: numbers of any width or type "
         "(integers, floats, decimals), text (String, Categorical, Enum), Booleans, dates "
-        "and datetimes, durations, times of day (and dates, datetimes or times of day "
-        "against text keys, compared as their text).\nHint: cast the data's key column or "
+        "and datetimes, durations, times of day (and bytes against text, compared as bytes; "
+        "dates, datetimes or times of day against text keys, compared as their text; a "
+        "column of nulls only against any type).\nHint: cast the data's key column or "
         "the key set to one kind first, saying what the values mean: build the key set "
         "with values of the data's type, or convert the column before the release (e.g. "
         "pl.from_epoch(pl.col(c), time_unit='d') for day numbers as dates, "
@@ -493,8 +496,11 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
 
     Keys are compared with data of the same kind only (`_check_key_kinds`): numbers with
     numbers (integers of any width, floats, decimals), text with text, Booleans, dates and
-    datetimes, durations and times of day each with their own kind (and bytes with text, a
-    date, datetime or time of day with text keys).
+    datetimes, durations and times of day each with their own kind (and bytes with text of
+    any text dtype, String, Categorical or Enum, a date, datetime or time of day with text
+    keys). A ``Null`` column (nulls only) on either side goes with every dtype and is
+    compared in the other side's dtype: a key set of nulls only holds the null key, which
+    matches the rows whose key is null and no other, whatever the data's dtype.
 
     Args:
         col: The key column (for the message).
@@ -511,6 +517,8 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
     Example:
         >>> common_dtype("s", pl.Int32, pl.Int64), common_dtype("s", pl.Int32, pl.Float64)
         (Int128, Float64)
+        >>> common_dtype("s", pl.Date, pl.Null), common_dtype("s", pl.Null, pl.Date)
+        (Date, Date)
         >>> common_dtype("s", pl.Int64, pl.Date)
         Traceback (most recent call last):
         ...
@@ -518,6 +526,12 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
     """
     if have == want:
         return None
+    if want == pl.Null or have == pl.Null:
+        # a column of nulls only holds no value of any kind: compared in the other side's
+        # dtype, its null matches nulls only. Polars casts nothing of some dtypes (dates,
+        # decimals, Categorical...) to Null, so a key set of nulls was refused against
+        # those and accepted against others (stop 65)
+        return have if want == pl.Null else want
     if _is_nested(have) or _is_nested(want):
         _check_nested_kinds(col, have, want)
         return want
@@ -665,6 +679,41 @@ def _check_time_zones(col: str, have: Any, want: Any) -> None:
         "(polars) / .dt.tz_localize(None) (pandas).")
 
 
+def check_key_pair(col: str, have: Any, want: Any, *, declared: bool = False) -> None:
+    """Refuse a data key dtype and a public key dtype that are never compared (no data read).
+
+    The dtype rules of `check_cell_keys` without its key values: time zones
+    (`_check_time_zones`), numbers against text and keys of another kind than the data's
+    (`common_dtype`). Author mode converts a key column from its declared type to its
+    domain's type (`tabdp.release._input._author_key_casts`) under the same rule, so that
+    conversion never matches a Boolean as 1 or a day number as a date, and never meets a
+    pair Polars refuses only for a non-null value (stop 65: a Boolean column against a
+    decimal domain stopped the run when one record held a value). The one pair it adds
+    (``declared``): text against a ``Date`` domain, read as the declared conversion reads
+    dates, ``YYYY-MM-DD`` and nothing else (`tabdp.release.declared.convert_leniently`).
+
+    Args:
+        col: The key column (for the message).
+        have: Its dtype in the data (in author mode: the declared one).
+        want: Its dtype in the key set (the domain's).
+        declared: Author mode's declared conversion (text against a ``Date`` domain too).
+
+    Raises:
+        ColumnTypeError: A pair the engine refuses (see `common_dtype`).
+
+    Example:
+        >>> check_key_pair("k", pl.Datetime("us"), pl.Date)
+        >>> check_key_pair("k", pl.Boolean, pl.Decimal(5, 0))
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.ColumnTypeError: key column 'k' is Boolean in the data (Booleans) but ...
+    """
+    if declared and isinstance(have, _TEXT) and want == pl.Date:
+        return  # ISO dates only, as a declared Date column reads text
+    _check_time_zones(col, have, want)
+    common_dtype(col, have, want)
+
+
 def key_conversion(col: str, have: Any, target: Any) -> tuple[pl.Expr, pl.Expr]:
     """The data's key column ``col`` in the comparison dtype, and where that is exact.
 
@@ -687,13 +736,19 @@ def key_conversion(col: str, have: Any, target: Any) -> tuple[pl.Expr, pl.Expr]:
     # a date Polars cannot format as text is null before a cast to text (a Rust panic
     # otherwise, whose message reached the author's stderr; review R14)
     src = formattable(pl.col(col), have) if target == pl.String else pl.col(col)
+    base = have
+    if target == pl.Binary and isinstance(have, (pl.Categorical, pl.Enum)):
+        # text of any text dtype against bytes keys: its String's bytes (Polars casts no
+        # Categorical or Enum to bytes, so such data was refused where String data was not;
+        # stop 65)
+        src, base = src.cast(pl.String), pl.String
     conv = src.cast(target, strict=False)
     if target == pl.String and have.is_temporal():
         # a date or time as text is exact wherever it can be formatted (Polars 2 has no cast
         # back from text to a date: the check failed every such release, after the data was
         # read; review R16)
         return conv, conv.is_not_null()
-    return conv, conv.cast(have, strict=False).eq_missing(pl.col(col))
+    return conv, conv.cast(base, strict=False).eq_missing(src)
 
 
 def _probe_sample(dtype: Any) -> pl.Series | None:
@@ -788,7 +843,7 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
             text; keys of another kind of value than the data's, such as integers against
             dates, durations or Booleans (`common_dtype`); timestamps of a time zone other
             than UTC against keys without a zone, or the reverse; a data dtype Polars does not
-            convert to the comparison dtype, such as bytes against Categorical keys).
+            convert to the comparison dtype, such as lists of text against lists of dates).
 
     Example:
         >>> k = KeySet.from_dict(s=[1, 2])
@@ -805,8 +860,11 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
             continue
         if target != schema[c]:
             _check_conversion(c, schema[c], keys_pl.schema[c], target)
+        col = keys_pl[c]
+        if target == pl.Binary and isinstance(col.dtype, (pl.Categorical, pl.Enum)):
+            col = col.cast(pl.String)  # text keys of any text dtype: their String's bytes
         try:
-            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
+            casts.append(col.cast(target, strict=True).alias(c))
         except Exception as err:  # the public key set does not convert: data-free error
             raise ColumnTypeError(
                 f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "

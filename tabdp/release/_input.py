@@ -20,7 +20,7 @@ from tabdp.exceptions import (
     DataValidationError,
     SpecError,
 )
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_key_pair
 from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.declared import (
     LOST,
@@ -336,7 +336,9 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
     it from the schema alone). The conversion is the declared types' (`convert_leniently`):
     a fraction in a key of an integer domain is not converted (``1.5`` is null, outside the
     key set; Polars' own cast truncated it to ``1``, a cell the record is not in: review r76),
-    a whole float such as ``3.0`` is ``3``.
+    a whole float such as ``3.0`` is ``3``. Only between the kinds the engine compares
+    (`tabdp.frame.keys.check_key_pair`, decided from the dtypes before any data is read):
+    a Boolean column against an integer domain is refused, as on the engine.
     """
     schema = lf.collect_schema()
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -350,6 +352,8 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
+        # only between kinds the engine compares, decided from the two dtypes (stop 65)
+        check_key_pair(c, have, want, declared=True)
         # a date Polars cannot format as text is null, not a Rust panic (review R14); a
         # fraction is null in an integer domain, never truncated (review r76)
         casts.append(convert_leniently(pl.col(c), have, want).alias(c))

@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from tabdp.exceptions import DataValidationError, SpecError
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_key_pair
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
            "declared_casts", "add_derived", "schema_of", "refuse_case_clashes"]
@@ -364,7 +364,8 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
     (`tabdp.release.declared.convert_leniently_spark`): a fraction in a key of an integer
     domain is null, never truncated (Spark's cast read ``1.5`` as ``1``; review r76), and a
     timestamp's date is its UTC date whatever the session's time zone. A number / text
-    mismatch is left alone (the engine refuses it from the schema alone).
+    mismatch is left alone (the engine refuses it from the schema alone); keys of another
+    kind than the domain's are refused (`tabdp.frame.keys.check_key_pair`).
     """
     from pyspark.sql import functions as F
 
@@ -384,6 +385,8 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
+        # the engine's kinds only, from the dtypes (stop 65)
+        check_key_pair(c, have, want, declared=True)
         casts[c] = convert_leniently_spark(F.col(c), sdf.schema[c].dataType, want)
     return sdf.withColumns(casts) if casts else sdf
 

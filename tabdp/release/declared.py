@@ -306,6 +306,8 @@ def _supported(source: Any, target: Any) -> bool:
         return when
     if target == pl.Categorical or isinstance(target, pl.Enum):
         return text
+    if target == pl.Binary:  # text as its UTF-8 bytes (a key of a bytes domain; stop 65)
+        return text
     return False
 
 
