@@ -1143,3 +1143,42 @@ def test_the_reports_eps_at_and_the_side_thread_run_with_numpys_errors_off(
         warnings.simplefilter("always")
         overflow()
     assert seen
+
+
+def test_a_batch_report_is_viewed_from_its_pass_not_from_the_file(tmp_path: Path) -> None:
+    """``view`` of a spilled report reads the pass's files: the file's rows, no decompression.
+
+    The release workflow computes the confidential page's loss statistics in the ``view``
+    (stop 65: the statistics read the written Parquet file again, 0.2 CPU-s of decompression
+    at 10M rows). The rows seen are the file's (columns, dtypes, values, order), and they are
+    read from the pass's own files, which are removed afterwards; without a spill (a replayed
+    report) the view is a scan of the file.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=500)
+    s = tabdp.Session(seed=5, budget=0.5, streaming=True)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    folder = Path(s.ledger.spill.folder)
+    out = tmp_path / "r.parquet"
+    seen: dict[str, Any] = {}
+
+    def view(rows: pl.LazyFrame) -> str:
+        seen["plan"] = rows.explain()
+        out.rename(tmp_path / "moved.parquet")  # the rows must not come from the file
+        try:
+            seen["rows"] = rows.collect(engine="streaming")
+        finally:
+            (tmp_path / "moved.parquet").rename(out)
+        return "statistics"
+
+    got = s.report(delta=1e-9)._write_per_record(out, rename={"row": "row_id"}, view=view)
+    assert got == "statistics"
+    assert "r.parquet" not in seen["plan"] and folder.name in seen["plan"]
+    assert seen["rows"].equals(pl.read_parquet(out))
+    assert seen["rows"].schema == pl.read_parquet(out).schema
+    assert seen["rows"].columns[0] == "row_id"
+    assert not folder.exists() and s.ledger.spill is None
+    # no spill (the report replayed): the file itself
+    again = s.report()._write_per_record(tmp_path / "r2.parquet",
+                                         view=lambda rows: rows.collect())
+    assert again.equals(pl.read_parquet(tmp_path / "r2.parquet"))
