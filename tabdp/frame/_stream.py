@@ -1069,8 +1069,7 @@ def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
 
 
 def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
-                rename: dict[str, str] | None = None, *,
-                view: Callable[[pl.LazyFrame], _T] | None = None) -> _T | None:
+                rename: dict[str, str] | None = None) -> None:
     """Write the CONFIDENTIAL per-record report to Parquet with the engine (never in memory).
 
     Checked like `collect_report` (in the same pass over the input): the file is written
@@ -1084,14 +1083,6 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         delta: Optional δ for the ``epsilon_delta`` column.
         path: The Parquet file to write.
         rename: Columns to rename on the way (e.g. ``{"row": "row_id"}``).
-        view: Called once the file is in place, with a LazyFrame of the file's rows (the
-            same columns, dtypes, values and order), e.g. to compute statistics of the report:
-            where the releases' pass wrote the rows (`_Spill`), a plan over its uncompressed
-            files, read before they are removed (no decompression of the Parquet file); else
-            a scan of the file.
-
-    Returns:
-        What ``view`` returned (None without a ``view``).
 
     Example:
         >>> import polars as pl, tabdp, tempfile, pathlib
@@ -1103,8 +1094,6 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         >>> sink_report(s.ledger, s, None, p)
         >>> pl.read_parquet(p)["rho"].to_list()
         [0.125, 0.0]
-        >>> sink_report(s.ledger, s, None, p, view=lambda lf: lf.select("rho").collect().height)
-        2
     """
     import os
     import pathlib
@@ -1126,27 +1115,18 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     files = (spill.files() if spill is not None and spill.source is ledger.source
              and spill.names == [p.name for p in ledger.programs]
              and spill.declared in (None, (delta,)) else None)
-    viewed: list[_T] = []
-    spilled: pl.LazyFrame | None = None
     try:
         if files is not None and spill is not None:
             # the input must still hold the rows the releases read (the same check and refusal
             # as the replayed report's); the losses are those the releases' pass computed
             _checked_source(ledger, sess)
-            spilled = _spilled_report(spill, files, sess, delta, ledger)
-            _read_input(sess, lambda: sink(spilled).collect(engine="streaming"), report=True)
+            _read_input(sess, lambda: sink(_spilled_report(spill, files, sess, delta, ledger))
+                        .collect(engine="streaming"), report=True)
         else:
             _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
                                  report=True)
             _check_rows(sess, row)
         os.replace(tmp, final)
-        ledger.note_written(final, len(ledger.programs))
-        if view is not None:
-            # the rows just written, read where they are cheapest: the spill's uncompressed
-            # files (the plan the file was sunk from: the same values in the same order),
-            # before they are removed below; else the file
-            viewed.append(view(pl.scan_parquet(final) if spilled is None
-                               else spilled.rename(rename) if rename else spilled))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -1154,7 +1134,7 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         if spill is not None:  # used, or stale: its files are removed
             spill.close()
             ledger.keep_spill(None)
-    return viewed[0] if viewed else None
+    ledger.note_written(final, len(ledger.programs))
 
 
 def _spilled_report(spill: _Spill, files: list[str], sess: Session, delta: float | None,
@@ -1292,10 +1272,9 @@ class StreamReports:
         return collect_report(ledger, session, delta)
 
     def sink(self, ledger: ReplayLedger, session: Session, delta: float | None,
-             path: str | os.PathLike[str], rename: dict[str, str] | None = None, *,
-             view: Callable[[pl.LazyFrame], _T] | None = None) -> _T | None:
-        """The report written to Parquet after the rows check (`sink_report`, ``view`` too)."""
-        return sink_report(ledger, session, delta, path, rename, view=view)
+             path: str | os.PathLike[str], rename: dict[str, str] | None = None) -> None:
+        """The report written to Parquet after the rows check (`sink_report`)."""
+        sink_report(ledger, session, delta, path, rename)
 
     def summary(self, ledger: ReplayLedger, session: Session,
                 qs: list[float]) -> dict[str, int | float | None]:

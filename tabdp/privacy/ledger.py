@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -31,9 +31,6 @@ from tabdp.mechanisms import Mechanism
 
 if TYPE_CHECKING:
     from tabdp.privacy.session import Session
-
-#: What a report's ``view`` returns (`ReportSource.sink`).
-_T = TypeVar("_T")
 
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
            "ReportSource", "ReportSpill",
@@ -1171,14 +1168,8 @@ class ReportSource(Protocol):
         ...  # pragma: no cover - protocol
 
     def sink(self, ledger: ReplayLedger, session: Session, delta: float | None,
-             path: str | PathLike[str], rename: dict[str, str] | None = None, *,
-             view: Callable[[pl.LazyFrame], _T] | None = None) -> _T | None:
-        """Write the report to Parquet (checked like `collect`), never whole in memory.
-
-        ``view``, if given, is called once the file is in place with a LazyFrame of its rows
-        (the same columns and values, in order; possibly read from the engine's own copy
-        rather than the file), and its result returned.
-        """
+             path: str | PathLike[str], rename: dict[str, str] | None = None) -> None:
+        """Write the report to Parquet (checked like `collect`), never whole in memory."""
         ...  # pragma: no cover - protocol
 
     def summary(self, ledger: ReplayLedger, session: Session,
@@ -1358,13 +1349,8 @@ class ReplayLedger:
 
     def write_per_record(self, session: Session, delta: float | None,
                          path: str | PathLike[str],
-                         rename: dict[str, str] | None = None, *,
-                         view: Callable[[pl.LazyFrame], _T] | None = None) -> _T | None:
+                         rename: dict[str, str] | None = None) -> None:
         """Write the CONFIDENTIAL per-record report to Parquet, batch by batch from the data.
-
-        ``view``, if given, is called once the file is written with a LazyFrame of its rows
-        (`tabdp.frame._stream.sink_report`: the rows the releases' pass kept, where it kept
-        them, else the file), and its result is returned (else None).
 
         Example:
             >>> import tempfile, pathlib
@@ -1373,14 +1359,12 @@ class ReplayLedger:
             >>> ReplayLedger().write_per_record(Session(), None, p)
             >>> pl.read_parquet(p).columns
             ['row', 'rho', 'epsilon', 'size']
-            >>> ReplayLedger().write_per_record(Session(), None, p, view=lambda lf: "seen")
-            'seen'
         """
         if self.programs and self.reports is not None:
-            return self.reports.sink(self, session, delta, path, rename, view=view)
+            self.reports.sink(self, session, delta, path, rename)
+            return
         frame = self.per_record(session, delta)
         frame.rename(rename or {}).write_parquet(Path(path), **PER_RECORD_PARQUET)
-        return None if view is None else view(pl.scan_parquet(Path(path)))
 
     def rho_summary(self, session: Session, qs: list[float]
                     ) -> dict[str, int | float | None]:

@@ -876,27 +876,13 @@ class Report:
             >>> pl.read_parquet(p).columns
             ['row', 'rho', 'epsilon', 'size']
         """
-        self._write_per_record(path, rename)
-
-    def _write_per_record(self, path: Any, rename: dict[str, str] | None = None,
-                          view: Callable[[pl.LazyFrame], Any] | None = None) -> Any:
-        """`write_per_record`, then ``view`` of the rows written (its result; else None).
-
-        ``view`` gets a LazyFrame of the file's rows (the same columns and values, in order):
-        a streaming session's where its releases' pass kept them (read without decompressing
-        the file: `tabdp.frame._stream.sink_report`), else a scan of the file. The release
-        workflow computes the confidential page's statistics of the losses that way.
-        """
         s = self.session
-        if isinstance(s._ledger, ReplayLedger):  # the streaming engine's (with its view)
-            return s._ledger.write_per_record(s, self.delta, path, rename, view=view)
         if getattr(s._ledger, "reports_itself", False):  # the engine holding the losses writes
             s._ledger.write_per_record(s, self.delta, path, rename)
-        else:
-            table = self.per_record
-            frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
-            frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
-        return None if view is None else view(pl.scan_parquet(path))
+            return
+        table = self.per_record
+        frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
+        frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
 
     @property
     @floats_quiet

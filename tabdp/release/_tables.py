@@ -455,12 +455,11 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                                                    encoding="utf-8")
         report(step, steps, "writing outputs: confidential/per_record_losses.parquet")
         if streaming:  # written by the engine, batch by batch, never held in memory
-            # the page's statistics and confidential.json's from the rows written, read once
-            # where the releases' pass kept them (uncompressed), not from the file
-            losses = rep._write_per_record(
-                conf / "per_record_losses.parquet", rename={ROW_ID: ROW_LABEL},
-                view=lambda rows: loss_statistics(rows, summary["budget"], top_n))
+            rep.write_per_record(conf / "per_record_losses.parquet",
+                                 rename={ROW_ID: ROW_LABEL})
             per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
+            # the file read once for the page's statistics and confidential.json's
+            losses = loss_statistics(per_record_view, summary["budget"], top_n)
         else:  # by the engine's writer (Spark's: from the Spark ledger) into staging
             write_report(per_record, conf / "per_record_losses.parquet")
         # after the per-record file: a streaming session computes its loss statistics from it

@@ -1683,40 +1683,6 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     assert not (tmp_path / "out" / "public").exists()
 
 
-def test_a_row_mode_run_reads_its_loss_statistics_from_its_pass(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The confidential page's statistics of a streamed report: its rows, not its file read back.
-
-    Stop 65: they were computed from ``per_record_losses.parquet`` read again once written
-    (the zstd pages decompressed: 0.2 CPU-s at 10M rows); they are now computed from the
-    rows the releases' pass kept, before its files are removed. The same figures:
-    ``confidential.json``'s are the statistics of the file.
-    """
-    from tabdp.report import html
-
-    generate_establishments(3000, seed=5).write_parquet(tmp_path / "data.parquet")
-    spec = tmp_path / "s.toml"
-    spec.write_text(ROW_MODE_SPEC.format(hierarchies=hierarchies()))
-    real = html.loss_statistics
-    plans: list[str] = []
-
-    def spy(rows: Any, *args: Any) -> Any:
-        plans.append(rows.explain())
-        return real(rows, *args)
-
-    monkeypatch.setattr(html, "loss_statistics", spy)
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 0, err
-    assert len(plans) == 1
-    assert "per_record_losses" not in plans[0] and "IPC SCAN" in plans[0].upper(), plans[0]
-    conf = tmp_path / "out" / "confidential"
-    summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
-    want = real(pl.scan_parquet(conf / "per_record_losses.parquet"), summary["budget"], 20)
-    got = json.loads((conf / "confidential.json").read_text())
-    stats = json.loads(json.dumps(want.rho_summary()))
-    assert got["units"] == 3000 and {k: got[k] for k in stats} == stats, (got, stats)
-
-
 def test_an_input_column_named_like_the_row_ids_is_a_spec_error(tmp_path: Path) -> None:
     """A row-mode input with a column named ``__tabdp_row`` is refused before any data is read.
 
