@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -1891,18 +1892,69 @@ def _case_insensitive(spark: Any) -> bool:
     return str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() != "true"
 
 
+def fold_case(name: str) -> str:
+    """A column name as a case-insensitive Spark session compares it (a key; not a name).
+
+    Spark compares names in two ways, neither Python's ``str.lower``: its column resolution
+    by ``toLowerCase(Locale.ROOT)`` (Java's final sigma is decided by word boundaries, so
+    ``X_Σ`` lowers to ``x_ς`` there and to ``x_σ`` in Python) and its ``withColumns``/``drop``
+    by ``equalsIgnoreCase``, letter by letter through the upper case (``ıd`` and ``id`` are
+    one name there, two for both lowerings; stop 65). This key is each letter's lower case
+    of its upper case, single letters only (Java's ``Character`` mappings: ``ß`` stays
+    ``ß``), ``İ`` as ``i`` and the combining dot above left out: names either comparison of
+    Spark takes for one have the same key (a few it keeps apart share one: refused too).
+
+    Args:
+        name: A column name.
+
+    Returns:
+        The key names that Spark may not tell apart share.
+
+    Example:
+        >>> [fold_case(n) for n in ("X_Σ", "x_ς", "ıd", "İD", "ẞ", "ß", "ss")]
+        ['x_σ', 'x_σ', 'id', 'id', 'ß', 'ß', 'ss']
+    """
+    out = []
+    for ch in name:
+        if ch == "\u0307":  # combining dot above: Java lowers İ to i + it, or to i alone
+            continue
+        up = ch.upper()
+        if len(up) != 1:  # a full mapping (ß -> SS): Java's letter by letter keeps the letter
+            up = ch
+        low = up.lower()
+        if len(low) != 1:  # İ -> i + dot above (its only full lower case mapping)
+            low = "i"
+        out.append(low)
+    return "".join(out)
+
+
+def unknown_letters(columns: Sequence[str]) -> list[str]:
+    """Column names holding a code point Python's Unicode database does not know.
+
+    The JVM's Unicode may be newer: such a letter may have a case twin there that
+    `fold_case` cannot know of, so a case-insensitive Spark session's names are refused.
+
+    Example:
+        >>> unknown_letters(["x", "a" + chr(0x378), "b" + chr(0x10FFF0)]) == ["a" + chr(0x378)]
+        True
+    """
+    return [c for c in columns if any(unicodedata.category(ch) == "Cn" for ch in c)]
+
+
 def case_clashes(columns: Sequence[str]) -> list[list[str]]:
-    """Groups of column names equal in any letter case, e.g. ``[["x", "X"]]``.
+    """Groups of column names a case-insensitive Spark session cannot tell apart (`fold_case`).
 
     Example:
         >>> case_clashes(["x", "g", "X", "G", "y"])
         [['x', 'X'], ['g', 'G']]
         >>> case_clashes(["a", "b"])
         []
+        >>> case_clashes(["X_Σ", "x_ς", "ıd", "Id"])
+        [['X_Σ', 'x_ς'], ['ıd', 'Id']]
     """
     groups: dict[str, list[str]] = {}
     for c in columns:
-        groups.setdefault(c.lower(), []).append(c)
+        groups.setdefault(fold_case(c), []).append(c)
     return [g for g in groups.values() if len(g) > 1]
 
 
@@ -1927,9 +1979,19 @@ def _refuse_case_clashes(columns: list[str], insensitive: bool,
         tabdp.exceptions.InvalidParameterError: the frame has columns whose names differ only ...
     """
     clash = case_clashes(columns) if insensitive else []
+    unknown = unknown_letters(columns if used is None else list(used)) if insensitive else []
     if used is not None:
-        named = {c.lower() for c in used}
-        clash = [g for g in clash if g[0].lower() in named]
+        named = {fold_case(c) for c in used}
+        clash = [g for g in clash if fold_case(g[0]) in named]
+    if unknown:
+        raise InvalidParameterError(
+            f"the frame has column(s) {unknown} holding characters this Python's Unicode "
+            f"database (version {unicodedata.unidata_version}) does not know; the Spark "
+            "session resolves column names without regard to case "
+            "(spark.sql.caseSensitive=false, Spark's default), and whether its JVM takes such "
+            "a name for another cannot be checked. Nothing was read.\nHint: rename those "
+            "columns (e.g. spark_df.toDF(*new_names), which renames by position), or set "
+            "spark.sql.caseSensitive=true in the session.")
     if clash:
         raise InvalidParameterError(
             f"the frame has columns whose names differ only in letter case ({clash}); the "

@@ -1199,3 +1199,69 @@ def test_to_polars_without_to_arrow_equals_the_arrow_branch(spark, zone):
         assert got.equals(want), (got, want)
     finally:
         spark.conf.set("spark.sql.session.timeZone", before)
+
+
+def test_case_clashes_fold_names_as_spark_compares_them():
+    """Spark's case-insensitive comparisons are Java's, not Python's ``str.lower`` (stop 65).
+
+    Spark resolves ``X_Σ`` and ``x_ς`` as one column (Java's final sigma is decided by word
+    boundaries: ``X_Σ`` lowers to ``x_ς``; Python's to ``x_σ``), and ``withColumns``/``drop``
+    take ``ıd`` and ``id`` for one (Java's ``equalsIgnoreCase``, through the upper case):
+    neither pair was a clash, so a frame with both failed with Spark's own error, and
+    ``withColumns`` of ``id`` replaced ``ıd`` too. Both are now clashes; ``ss``/``ß`` and
+    ``ﬀ``/``ff`` are not (for Spark neither).
+    """
+    from tabdp.frame.backends.spark import case_clashes
+
+    assert case_clashes(["X_Σ", "x_ς"]) == [["X_Σ", "x_ς"]]
+    assert case_clashes(["A1Σ", "a1ς"]) == [["A1Σ", "a1ς"]]
+    assert case_clashes(["ıd", "id"]) == [["ıd", "id"]]
+    assert case_clashes(["İD", "id"]) == [["İD", "id"]]
+    assert case_clashes(["ſum", "Sum"]) == [["ſum", "Sum"]]
+    assert case_clashes(["ss", "ß", "ﬀ", "ff"]) == []
+
+
+def test_case_clashes_cover_every_pair_the_jvm_takes_for_one(spark):
+    """Every pair of names the session's JVM takes for one is a clash for tabdp (stop 65).
+
+    Either of Spark's comparisons (``toLowerCase(Locale.ROOT)``: column resolution;
+    ``equalsIgnoreCase``: ``withColumns``, ``drop``), checked against the JVM itself; and
+    Spark's own resolution refuses the pairs Python's ``str.lower`` let through.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import case_clashes
+
+    su = spark._jvm.org.apache.commons.lang3.StringUtils
+    root = spark._jvm.java.util.Locale.ROOT
+    names = ["x_σ", "X_Σ", "x_ς", "A1Σ", "a1ς", "ΑΣ", "ας", "id", "Id", "ıd", "İd", "i\u0307d",
+             "ß", "ẞ", "ss", "SS", "ǅ", "ǆ", "Ǆ", "K", "k", "\u212a", "µ", "μ", "Μ", "ſ", "s",
+             "ϑ", "θ", "ᾈ", "ᾀ", "ﬀ", "ff", "Å", "å", "\u212b", "ꟁ", "Ꟁ"]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            jvm_one = su.equalsIgnoreCase(a, b) or su.lowerCase(a, root) == su.lowerCase(b, root)
+            if jvm_one:
+                assert case_clashes([a, b]), (a, b)
+    sdf = spark.createDataFrame([(1, 2)], T.StructType([T.StructField("X_Σ", T.LongType()),
+                                                        T.StructField("x_ς", T.LongType())]))
+    with pytest.raises(Exception, match="AMBIGUOUS"):
+        sdf.select(F.col("X_Σ")).collect()
+    two = spark.createDataFrame([(1, 2)], ["ıd", "id"])
+    assert two.drop("id").columns == []  # Spark's drop takes both
+
+
+def test_spark_release_refuses_names_spark_cannot_tell_apart(spark):
+    """A row-mode release over a frame with ``X_Σ`` and ``x_ς``: refused (stop 65).
+
+    From the schema, with what to do, not Spark's own error; a name with a letter Python's
+    Unicode does not know is refused likewise (the JVM's may fold it).
+    """
+    base = _spark_frame(spark, _data(12))
+    kw = {"by": ["county", "sector"], "keys": KEYS, "mechanism": mech.Gaussian(50.0)}
+    with pytest.raises(tabdp.InvalidParameterError, match="differ only in letter case"):
+        base.select("*", base["emp"].alias("X_Σ"), base["emp"].alias("x_ς")).dp.sum(
+            "payroll", session=tabdp.Session(seed=0), **kw)
+    with pytest.raises(tabdp.InvalidParameterError, match="Unicode database"):
+        base.withColumn("a" + chr(0x378), base["emp"]).dp.sum(
+            "payroll", session=tabdp.Session(seed=0), **kw)

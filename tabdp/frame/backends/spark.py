@@ -26,6 +26,7 @@ from tabdp.frame._spark import (
     _local_frame,
     _pl_dtype,
     case_clashes,
+    fold_case,
     free_checkpoint,
     polars_schema,
     quiet,
@@ -34,6 +35,7 @@ from tabdp.frame._spark import (
     spark_quantile_release,
     spark_type,
     try_cast,
+    unknown_letters,
     write_single_parquet,
 )
 from tabdp.frame.keys import KeySet
@@ -42,7 +44,7 @@ __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_groupe
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
            "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
            "REPORT_UNITS", "RESERVED", "mark_members", "local_frame", "polars_dtype",
-           "case_clashes"]
+           "case_clashes", "fold_case", "unknown_letters"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
