@@ -2124,7 +2124,8 @@ def _canonical(col: Any, dtype: Any) -> Any:
     entries happen to be stored in: two equal maps fingerprinted differently, so a frame
     rebuilt with the same maps was refused as another frame (stop 64). A map becomes the
     array of its ``(key, value)`` entries, sorted (keys are distinct, and orderable once their
-    own maps are arrays; a variant is its JSON text); nulls stay nulls, so a null map and an
+    own maps are arrays; a variant is its JSON text), ties broken by the key's JSON text (keys
+    Spark orders as equal: ``-0.0`` and ``0.0``); nulls stay nulls, so a null map and an
     empty one differ. Types without a map or a variant are left as they are.
 
     Example:
@@ -2138,9 +2139,16 @@ def _canonical(col: Any, dtype: Any) -> Any:
         return col
     if isinstance(dtype, T.MapType):
         kt, vt = dtype.keyType, dtype.valueType
-        return F.array_sort(F.transform(F.map_entries(col), lambda e: F.struct(
+        # sorted by the key, its value, then the key's JSON text: Spark orders -0.0 and 0.0
+        # (at any depth of a key) as equal, so a map read with both keys and equal values
+        # kept the order it was stored in, and two equal maps hashed differently (stop 65);
+        # the text tells them apart (``-0.0``, ``0.0``) and is dropped after the sort
+        entries = F.array_sort(F.transform(F.map_entries(col), lambda e: F.struct(
             _canonical(e.getField("key"), kt).alias("k"),
-            _canonical(e.getField("value"), vt).alias("v"))))
+            _canonical(e.getField("value"), vt).alias("v"),
+            F.to_json(F.array(_canonical(e.getField("key"), kt)), _JSON_EXACT).alias("t"))))
+        return F.transform(entries, lambda e: F.struct(e.getField("k").alias("k"),
+                                                       e.getField("v").alias("v")))
     if isinstance(dtype, T.ArrayType):
         et = dtype.elementType
         return F.transform(col, lambda x: _canonical(x, et))
