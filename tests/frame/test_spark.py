@@ -1305,3 +1305,93 @@ def test_map_keys_minus_zero_and_zero_fingerprint_by_entries_not_order(spark, tm
     sk = pa.struct([("x", f64)])
     a, b = fps([[({"x": -0.0}, 1), ({"x": 0.0}, 1)], [({"x": 0.0}, 1), ({"x": -0.0}, 1)]], sk)
     assert a == b
+
+
+def _no_arrow_anywhere(monkeypatch: pytest.MonkeyPatch, sdf: Any) -> None:
+    """Remove ``DataFrame.toArrow`` from every class that defines it (PySpark 3.5 has none)."""
+    for cls in type(sdf).__mro__:
+        if "toArrow" in vars(cls):
+            monkeypatch.delattr(cls, "toArrow")
+    assert not hasattr(sdf, "toArrow")
+
+
+def test_lifetime_charges_without_to_arrow_are_typed(spark, monkeypatch):
+    """PySpark 3.5's collect of the admitted units' lifetime charges (stop 65): typed.
+
+    It went through pandas: an integer unit column holding a null came back Float64 (the id
+    ``2**53 + 1`` became ``2**53``: two units charged as one), and no admitted unit came
+    back as untyped object columns. Now `to_polars`' rows as Python values.
+    """
+    import types
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame._spark import _UID, _lifetime_charges
+    from tabdp.privacy.accounting import COMPONENTS
+
+    schema = T.StructType([T.StructField(_UID, T.LongType()),
+                           T.StructField("ok0", T.BooleanType()),
+                           T.StructField("r0", T.DoubleType()),
+                           T.StructField("s0", T.DoubleType())])
+    decided = spark.createDataFrame([(2**53 + 1, True, 0.5, 1.0), (None, True, 0.25, 2.0),
+                                     (7, False, 9.0, 9.0)], schema)
+    comps = {c: F.col("r0") for c in COMPONENTS}
+    sess = types.SimpleNamespace(lifetime=object())
+    _no_arrow_anywhere(monkeypatch, decided)
+    got = _lifetime_charges(sess, decided, F.col("ok0"), comps, [("c", ["x"])])
+    assert got is not None
+    units, sums, maxes = got
+    assert units.dtype == pl.Int64 and sorted(units.to_list(), key=str) == [2**53 + 1, None]
+    assert sorted(sums["rho@c"].tolist()) == [0.25, 0.5]
+    none = _lifetime_charges(sess, decided, F.lit(False), comps, [("c", ["x"])])
+    assert none is not None and none[0].dtype == pl.Int64 and none[0].len() == 0
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_to_polars_without_to_arrow_nested_timestamps_are_utc(spark, monkeypatch, zone):
+    """A ``timestamp`` in a struct, an array or a map (stop 65), PySpark 3.5's branch.
+
+    PySpark turns an instant into the driver's local wall time: at top level the branch took
+    its microseconds (stop 64), in a struct it was the local wall time (Kolkata: 05:30 off).
+    Now the Arrow branch's frame, dtype for dtype and value for value: nested instants in
+    UTC. Forced here on the installed PySpark, in another driver (``TZ``) and session zone.
+    """
+    import datetime as dt
+    import time
+
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import to_polars
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        utc = dt.UTC
+        ts = T.TimestampType()
+        schema = T.StructType([
+            T.StructField("s", T.StructType([T.StructField("t", ts),
+                                             T.StructField("n", T.IntegerType())])),
+            T.StructField("a", T.ArrayType(ts)),
+            T.StructField("m", T.MapType(T.StringType(), ts)),
+            T.StructField("deep", T.StructType([T.StructField("in", T.StructType([
+                T.StructField("t", ts)]))])),
+            T.StructField("plain", T.StructType([T.StructField("x", T.DoubleType()),
+                                                 T.StructField("d", T.DateType())]))])
+        sdf = spark.createDataFrame([
+            ({"t": dt.datetime(2020, 1, 1, 0, 30, tzinfo=utc), "n": 1},
+             [dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc), None],
+             {"k": dt.datetime(2020, 6, 1, 12, tzinfo=utc)}, {"in": {"t": None}},
+             {"x": 2.5, "d": dt.date(2020, 1, 1)}),
+            (None, None, None, None, None)], schema)
+        want = to_polars(sdf)
+        got = to_polars(_NoArrow(sdf))
+        assert got.schema == want.schema, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
+        assert got["s"][0]["t"] == dt.datetime(2020, 1, 1, 0, 30, tzinfo=utc)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+        monkeypatch.undo()  # TZ as it was
+        time.tzset()
