@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -404,6 +405,156 @@ def _key_dtypes(sschema: dict[str, Any]) -> dict[str, Any]:
 
     return {c: pl.Datetime("us") if isinstance(t, T.TimestampNTZType) else _pl_dtype(t)
             for c, t in sschema.items()}
+
+
+def _to_polars(sdf: Any) -> pl.DataFrame:
+    """`tabdp.frame.backends.spark.to_polars` (here: the Spark engine collects with it too).
+
+    Example:
+        >>> _to_polars(pl.DataFrame({"a": [1]})).height
+        1
+    """
+    if isinstance(sdf, pl.DataFrame):
+        return sdf
+    if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
+        from pyspark.sql import types as T
+
+        out = pl.from_arrow(sdf.toArrow())
+        assert isinstance(out, pl.DataFrame)
+        instants = [f.name for f in sdf.schema.fields if isinstance(f.dataType, T.TimestampType)
+                    and getattr(out.schema[f.name], "time_zone", None) is not None]
+        return out.with_columns(pl.col(c).dt.convert_time_zone("UTC")
+                                .dt.replace_time_zone(None) for c in instants)
+    return _collected(sdf)
+
+
+def _collected(sdf: Any) -> pl.DataFrame:
+    """`to_polars` without ``toArrow`` (PySpark 3.5): the rows as Python values, typed.
+
+    Each column in the dtype `_key_dtypes` gives its Spark type (as the Arrow branch's), a
+    ``timestamp`` as its microseconds since 1970 (Spark's ``unix_micros``: PySpark turns an
+    instant into the *driver's* local wall time). Until stop 64 this went through pandas: a
+    ``timestamp`` was the session zone's wall time (the Arrow branch: the UTC wall time), an
+    integer column holding a null came back ``Float64`` (``2**53 + 1`` rounded) and a NaN
+    was null. A struct, array or map column is the Arrow branch's too (a struct, a list, a
+    list of ``key``/``value`` structs), a ``timestamp`` in it at any depth taken by its
+    microseconds as well: an instant in UTC (``Datetime("us", "UTC")``, as Arrow gives it).
+    Until stop 65 it was the driver's local wall time there.
+
+    Example:
+        >>> _collected.__name__  # needs a SparkSession: see tests/frame/test_spark.py
+        '_collected'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    fields = list(sdf.schema.fields)
+    instant = [isinstance(f.dataType, T.TimestampType) for f in fields]
+    nested = [isinstance(f.dataType, (T.StructType, T.ArrayType, T.MapType)) for f in fields]
+    quoted = ["`" + f.name.replace("`", "``") + "`" for f in fields]
+    # (SQL's unix_micros: PySpark 3.5.0's functions may lack its wrapper)
+    picked = sdf.select(*[F.expr(f"unix_micros({q})").alias(f.name) if i
+                          else _micros(F.col(q), f.dataType).alias(f.name) if n else F.col(q)
+                          for f, q, i, n in zip(fields, quoted, instant, nested, strict=True)])
+    rows = picked.collect()
+    dtypes = _key_dtypes({f.name: f.dataType for f in fields})
+    cols = []
+    for k, (f, i, n) in enumerate(zip(fields, instant, nested, strict=True)):
+        values = [r[k] for r in rows]
+        if i:
+            cols.append(pl.Series(f.name, values, dtype=pl.Int64).cast(pl.Datetime("us")))
+            continue
+        if n:
+            raw = pl.Series(f.name, [_plain(v, f.dataType) for v in values],
+                            dtype=_nested_dtype(f.dataType, micros=True))
+            cols.append(raw.cast(_nested_dtype(f.dataType, micros=False)))
+            continue
+        dt = dtypes[f.name]
+        concrete = not (dt == pl.Object or isinstance(dt, (pl.List, pl.Struct)))
+        cols.append(pl.Series(f.name, values, dtype=dt if concrete else None))
+    return pl.DataFrame(cols)
+
+
+def _has_instant(st: Any) -> bool:
+    """Whether a Spark type holds a ``timestamp`` (an instant) at any depth."""
+    from pyspark.sql import types as T
+
+    if isinstance(st, T.TimestampType):
+        return True
+    if isinstance(st, T.ArrayType):
+        return _has_instant(st.elementType)
+    if isinstance(st, T.MapType):
+        return _has_instant(st.keyType) or _has_instant(st.valueType)
+    if isinstance(st, T.StructType):
+        return any(_has_instant(f.dataType) for f in st.fields)
+    return False
+
+
+def _micros(col: Any, st: Any) -> Any:
+    """``col`` of Spark type ``st`` with every ``timestamp`` in it as its ``unix_micros``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not _has_instant(st):
+        return col
+    if isinstance(st, T.TimestampType):
+        fn = getattr(F, "unix_micros", None)
+        return fn(col) if fn is not None else F.call_function("unix_micros", col)
+    if isinstance(st, T.ArrayType):
+        return F.transform(col, lambda x: _micros(x, st.elementType))
+    if isinstance(st, T.MapType):
+        out = F.transform_values(col, lambda _, v: _micros(v, st.valueType))
+        return F.transform_keys(out, lambda k, _: _micros(k, st.keyType))
+    # a struct: each field by its position (its names may repeat or differ only in case)
+    at = col.cast(T.StructType([T.StructField(f"_{i}", f.dataType, True)
+                                for i, f in enumerate(st.fields)]))
+    return F.when(col.isNotNull(), F.struct(*[_micros(at.getField(f"_{i}"), f.dataType)
+                                              .alias(f.name) for i, f in enumerate(st.fields)]))
+
+
+def _plain(value: Any, st: Any) -> Any:
+    """A collected value of Spark type ``st`` as Polars builds it.
+
+    Structs as dicts, maps as lists of ``key``/``value`` dicts, arrays as lists.
+    """
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(st, T.StructType):
+        return {f.name: _plain(value[i], f.dataType) for i, f in enumerate(st.fields)}
+    if isinstance(st, T.ArrayType):
+        return [_plain(v, st.elementType) for v in value]
+    if isinstance(st, T.MapType):
+        return [{"key": _plain(k, st.keyType), "value": _plain(v, st.valueType)}
+                for k, v in value.items()]
+    return value
+
+
+def _nested_dtype(st: Any, *, micros: bool) -> Any:
+    """The Polars dtype of a Spark type at any depth, as Arrow gives it.
+
+    ``micros``: an instant as its Int64 microseconds, else ``Datetime("us", "UTC")``, and a
+    map as a list of ``key``/``value`` structs (the form it is built in), else as Polars
+    reads an Arrow map (a ``Map`` from Polars 2.1).
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(st, T.TimestampType):
+        return pl.Int64() if micros else pl.Datetime("us", "UTC")
+    if isinstance(st, T.TimestampNTZType):
+        return pl.Datetime("us")
+    if isinstance(st, T.ArrayType):
+        return pl.List(_nested_dtype(st.elementType, micros=micros))
+    if isinstance(st, T.MapType):
+        kv = (_nested_dtype(st.keyType, micros=micros), _nested_dtype(st.valueType, micros=micros))
+        as_map = getattr(pl, "Map", None)  # Polars >= 2.1 reads an Arrow map as a Map
+        if as_map is not None and not micros:
+            return as_map(*kv)
+        return pl.List(pl.Struct({"key": kv[0], "value": kv[1]}))
+    if isinstance(st, T.StructType):
+        return pl.Struct({f.name: _nested_dtype(f.dataType, micros=micros) for f in st.fields})
+    return _pl_dtype(st)
 
 
 def _spark_type(dt: Any) -> Any:
@@ -1857,13 +2008,11 @@ def _lifetime_charges(sess: Session, decided: Any, any_ok: Any, comps: dict[str,
     for i, (c, _) in enumerate(curs):
         cols += [F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0).alias(f"rho@{c}"),
                  F.when(F.col(f"ok{i}"), F.col(f"s{i}")).otherwise(0.0).alias(f"size@{c}")]
-    picked = decided.filter(any_ok).select(*cols)
-    if hasattr(picked, "toArrow"):  # PySpark >= 4.0
-        got = pl.from_arrow(picked.toArrow())
-    else:
-        with _quiet():
-            got = pl.from_pandas(picked.toPandas())
-    assert isinstance(got, pl.DataFrame)
+    # typed on every PySpark (`_to_polars`: Arrow, or PySpark 3.5's rows as Python values).
+    # Until stop 65 PySpark 3.5 went through pandas: an integer unit column holding a null
+    # came back Float64 (ids above 2**53 rounded, two units charged as one) and no rows
+    # came back untyped (object columns)
+    got = _to_polars(decided.filter(any_ok).select(*cols))
     ns = [c for c, _ in curs]
     out_sums = {c: got[c].to_numpy().astype(np.float64) for c in
                 [*sums, *[f"rho@{c}" for c in ns]]}
@@ -1946,18 +2095,69 @@ def _case_insensitive(spark: Any) -> bool:
     return str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() != "true"
 
 
+def fold_case(name: str) -> str:
+    """A column name as a case-insensitive Spark session compares it (a key; not a name).
+
+    Spark compares names in two ways, neither Python's ``str.lower``: its column resolution
+    by ``toLowerCase(Locale.ROOT)`` (Java's final sigma is decided by word boundaries, so
+    ``X_Σ`` lowers to ``x_ς`` there and to ``x_σ`` in Python) and its ``withColumns``/``drop``
+    by ``equalsIgnoreCase``, letter by letter through the upper case (``ıd`` and ``id`` are
+    one name there, two for both lowerings; stop 65). This key is each letter's lower case
+    of its upper case, single letters only (Java's ``Character`` mappings: ``ß`` stays
+    ``ß``), ``İ`` as ``i`` and the combining dot above left out: names either comparison of
+    Spark takes for one have the same key (a few it keeps apart share one: refused too).
+
+    Args:
+        name: A column name.
+
+    Returns:
+        The key names that Spark may not tell apart share.
+
+    Example:
+        >>> [fold_case(n) for n in ("X_Σ", "x_ς", "ıd", "İD", "ẞ", "ß", "ss")]
+        ['x_σ', 'x_σ', 'id', 'id', 'ß', 'ß', 'ss']
+    """
+    out = []
+    for ch in name:
+        if ch == "\u0307":  # combining dot above: Java lowers İ to i + it, or to i alone
+            continue
+        up = ch.upper()
+        if len(up) != 1:  # a full mapping (ß -> SS): Java's letter by letter keeps the letter
+            up = ch
+        low = up.lower()
+        if len(low) != 1:  # İ -> i + dot above (its only full lower case mapping)
+            low = "i"
+        out.append(low)
+    return "".join(out)
+
+
+def unknown_letters(columns: Sequence[str]) -> list[str]:
+    """Column names holding a code point Python's Unicode database does not know.
+
+    The JVM's Unicode may be newer: such a letter may have a case twin there that
+    `fold_case` cannot know of, so a case-insensitive Spark session's names are refused.
+
+    Example:
+        >>> unknown_letters(["x", "a" + chr(0x378), "b" + chr(0x10FFF0)]) == ["a" + chr(0x378)]
+        True
+    """
+    return [c for c in columns if any(unicodedata.category(ch) == "Cn" for ch in c)]
+
+
 def case_clashes(columns: Sequence[str]) -> list[list[str]]:
-    """Groups of column names equal in any letter case, e.g. ``[["x", "X"]]``.
+    """Groups of column names a case-insensitive Spark session cannot tell apart (`fold_case`).
 
     Example:
         >>> case_clashes(["x", "g", "X", "G", "y"])
         [['x', 'X'], ['g', 'G']]
         >>> case_clashes(["a", "b"])
         []
+        >>> case_clashes(["X_Σ", "x_ς", "ıd", "Id"])
+        [['X_Σ', 'x_ς'], ['ıd', 'Id']]
     """
     groups: dict[str, list[str]] = {}
     for c in columns:
-        groups.setdefault(c.lower(), []).append(c)
+        groups.setdefault(fold_case(c), []).append(c)
     return [g for g in groups.values() if len(g) > 1]
 
 
@@ -1982,9 +2182,19 @@ def _refuse_case_clashes(columns: list[str], insensitive: bool,
         tabdp.exceptions.InvalidParameterError: the frame has columns whose names differ only ...
     """
     clash = case_clashes(columns) if insensitive else []
+    unknown = unknown_letters(columns if used is None else list(used)) if insensitive else []
     if used is not None:
-        named = {c.lower() for c in used}
-        clash = [g for g in clash if g[0].lower() in named]
+        named = {fold_case(c) for c in used}
+        clash = [g for g in clash if fold_case(g[0]) in named]
+    if unknown:
+        raise InvalidParameterError(
+            f"the frame has column(s) {unknown} holding characters this Python's Unicode "
+            f"database (version {unicodedata.unidata_version}) does not know; the Spark "
+            "session resolves column names without regard to case "
+            "(spark.sql.caseSensitive=false, Spark's default), and whether its JVM takes such "
+            "a name for another cannot be checked. Nothing was read.\nHint: rename those "
+            "columns (e.g. spark_df.toDF(*new_names), which renames by position), or set "
+            "spark.sql.caseSensitive=true in the session.")
     if clash:
         raise InvalidParameterError(
             f"the frame has columns whose names differ only in letter case ({clash}); the "
@@ -2117,7 +2327,8 @@ def _canonical(col: Any, dtype: Any) -> Any:
     entries happen to be stored in: two equal maps fingerprinted differently, so a frame
     rebuilt with the same maps was refused as another frame (stop 64). A map becomes the
     array of its ``(key, value)`` entries, sorted (keys are distinct, and orderable once their
-    own maps are arrays; a variant is its JSON text); nulls stay nulls, so a null map and an
+    own maps are arrays; a variant is its JSON text), ties broken by the key's JSON text (keys
+    Spark orders as equal: ``-0.0`` and ``0.0``); nulls stay nulls, so a null map and an
     empty one differ. Types without a map or a variant are left as they are.
 
     Example:
@@ -2131,9 +2342,16 @@ def _canonical(col: Any, dtype: Any) -> Any:
         return col
     if isinstance(dtype, T.MapType):
         kt, vt = dtype.keyType, dtype.valueType
-        return F.array_sort(F.transform(F.map_entries(col), lambda e: F.struct(
+        # sorted by the key, its value, then the key's JSON text: Spark orders -0.0 and 0.0
+        # (at any depth of a key) as equal, so a map read with both keys and equal values
+        # kept the order it was stored in, and two equal maps hashed differently (stop 65);
+        # the text tells them apart (``-0.0``, ``0.0``) and is dropped after the sort
+        entries = F.array_sort(F.transform(F.map_entries(col), lambda e: F.struct(
             _canonical(e.getField("key"), kt).alias("k"),
-            _canonical(e.getField("value"), vt).alias("v"))))
+            _canonical(e.getField("value"), vt).alias("v"),
+            F.to_json(F.array(_canonical(e.getField("key"), kt)), _JSON_EXACT).alias("t"))))
+        return F.transform(entries, lambda e: F.struct(e.getField("k").alias("k"),
+                                                       e.getField("v").alias("v")))
     if isinstance(dtype, T.ArrayType):
         et = dtype.elementType
         return F.transform(col, lambda x: _canonical(x, et))

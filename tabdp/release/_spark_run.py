@@ -105,7 +105,7 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
 
 
 def read_declared(spark: Any, path: Path, schema: dict[str, Any], hive: bool | None
-                  ) -> tuple[Any, dict[str, str]]:
+                  ) -> tuple[Any, dict[str, str], list[dict[str, Any]]]:
     """Author mode: a dataset read file by file against its declared schema, as on Polars.
 
     `tabdp.release.declared.read_declared_spark` (the Polars engine's files, folder values,
@@ -119,7 +119,9 @@ def read_declared(spark: Any, path: Path, schema: dict[str, Any], hive: bool | N
         hive: ``input.hive_partitioning``.
 
     Returns:
-        The frame and ``{column: dtype}`` (the declared columns).
+        The frame, ``{column: dtype}`` (the declared columns) and the curator's notes of the
+        file columns read as nulls because of a twin in letter case (which file, which
+        column, why: `read_declared_spark`'s ``notes``; confidential, never the author's).
 
     Raises:
         SpecError: Declared columns whose names differ only in letter case, on a
@@ -132,15 +134,16 @@ def read_declared(spark: Any, path: Path, schema: dict[str, Any], hive: bool | N
     # (stop 64: a declared ``v`` and ``V`` failed as an unreadable input on a dataset where a
     # file held both, and listed the internal columns otherwise)
     _refuse_case_clashes(spark, list(schema))
+    notes: list[dict[str, Any]] = []
     try:
-        sdf = read_declared_spark(spark, path, schema, hive=hive, flag_lost=True)
+        sdf = read_declared_spark(spark, path, schema, hive=hive, flag_lost=True, notes=notes)
         types = {k: str(v) for k, v in _pl_schema(sdf).items() if not k.startswith(LOST)}
     except BaseException as err:  # noqa: BLE001 - as the Polars engine (Rust panics too)
         raise DataValidationError(
             f"cannot read the input {str(path)!r} with Spark: {type(err).__name__}.\n"
             "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
             "hive-partitioned dataset.") from err
-    return sdf, types
+    return sdf, types, notes
 
 
 def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
@@ -188,10 +191,23 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
 
 def _refuse_case_clashes(spark: Any, columns: list[str]) -> None:
     """`refuse_case_clashes` of a list of column names."""
-    from tabdp.frame.backends.spark import case_clashes
+    import unicodedata
+
+    from tabdp.frame.backends.spark import case_clashes, unknown_letters
 
     if str(spark.conf.get(_CASE, "false")).lower() == "true":
         return
+    unknown = unknown_letters(columns)
+    if unknown:
+        raise SpecError(
+            "input", f"the input has column(s) {unknown} holding characters this Python's "
+            f"Unicode database (version {unicodedata.unidata_version}) does not know; the "
+            "Spark session resolves column names without regard to case "
+            "(spark.sql.caseSensitive=false, Spark's default), and whether its JVM takes such "
+            "a name for another cannot be checked. Nothing was read.\nHint: rename those "
+            "columns in the data, or run with the Polars engine (case sensitive).")
+    # (in any letter case as Spark compares names: `fold_case`; `ıd` and `Id`, `X_Σ` and
+    # `x_ς` are one name to Spark, two to Python's str.lower; stop 65)
     clash = case_clashes(columns)
     if clash:
         raise SpecError(

@@ -214,9 +214,10 @@ class _SpecInput:
         if declared and inp.path is not None:
             # author mode: file by file against the declared schema, as the Polars engine (the
             # same files, folder values and per-file decisions: tabdp.release.declared)
-            sdf, input_schema = sr.read_declared(spark, inp.path, declared,
-                                                 inp.hive_partitioning)
+            sdf, input_schema, twin_notes = sr.read_declared(spark, inp.path, declared,
+                                                             inp.hive_partitioning)
         else:
+            twin_notes = []
             sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
                                               {c: d.dtype for c, d in spec.domains.items()})
             if declared:  # a catalog table: the declared types, never the table's
@@ -240,6 +241,8 @@ class _SpecInput:
             if any(k.startswith("lost:") for k in row):
                 negatives["declared_nulls"] = {k[len("lost:"):]: n for k, n in row.items()
                                                if k.startswith("lost:")}
+            if twin_notes:  # which file, which column, why (confidential.json only)
+                negatives["declared_null_files"] = twin_notes
             if inp.mode == "author":
                 sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
                                           dict(spec.domains))

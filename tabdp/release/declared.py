@@ -957,18 +957,55 @@ def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str,
         ...                                          "w": ("column", pl.Int64)})
         {'v': ('unreadable', Int64), 'w': ('column', Int64)}
     """
+    from tabdp.frame.backends.spark import fold_case
+
     if not any(how == "column" for how, _ in plan.values()):
         return plan
-    lower: dict[str, int] = {}
+    # names as Spark compares them (`fold_case`; not Python's str.lower: stop 65); a name held
+    # twice counts twice (review rev65p)
+    folded: dict[str, int] = {}
     once, twice = file_columns(file)
-    for c in [*once, *twice, *twice]:  # a name held twice counts twice (review rev65p)
-        lower[c.lower()] = lower.get(c.lower(), 0) + 1
-    return {c: ("unreadable", what) if how == "column" and lower.get(c.lower(), 0) > 1
+    for c in [*once, *twice, *twice]:
+        folded[fold_case(c)] = folded.get(fold_case(c), 0) + 1
+    return {c: ("unreadable", what) if how == "column" and folded.get(fold_case(c), 0) > 1
             else (how, what) for c, (how, what) in plan.items()}
 
 
+def _twin_notes(path: Path, file: Path, before: Mapping[str, ColumnPlan],
+                after: Mapping[str, ColumnPlan]) -> list[dict[str, Any]]:
+    """The curator's notes of the columns `_case_twins_unreadable` made null in ``file``.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pl.DataFrame({"v": [1], "V": [2]}).write_parquet(d / "a.parquet")
+        >>> n = _twin_notes(d, d / "a.parquet", {"v": ("column", pl.Int64)},
+        ...                 {"v": ("unreadable", pl.Int64)})
+        >>> n[0]["file"], n[0]["column"], n[0]["twins"]
+        ('a.parquet', 'v', ['V'])
+    """
+    from tabdp.frame.backends.spark import fold_case
+
+    changed = [c for c, (how, _) in after.items() if how != before[c][0]]
+    if not changed:
+        return []
+    rel = file.relative_to(path).as_posix() if path.is_dir() else file.name
+    once, twice = file_columns(file)
+    have = [*once, *sorted(twice)]  # a name held twice is a twin too (review rev65p)
+    out = []
+    for c in changed:
+        twins = [n for n in have if n != c and fold_case(n) == fold_case(c)]
+        out.append({"file": rel, "column": c, "twins": twins,
+                    "reason": f"the file also holds {twins}, the same name in letter case as "
+                              "Spark compares names: a case-insensitive Spark session "
+                              "(spark.sql.caseSensitive=false) cannot read the column apart, "
+                              "so it is null in this file (counted in declared_nulls)"})
+    return out
+
+
 def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
-                        hive: bool | None = None, flag_lost: bool = False) -> Any:
+                        hive: bool | None = None, flag_lost: bool = False,
+                        notes: list[dict[str, Any]] | None = None) -> Any:
     """The Spark twin of `scan_declared`: the same files, columns, folder values and nulls.
 
     The files and the per-file decisions are `file_plans`' (names and footers, on the
@@ -987,6 +1024,9 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
         schema: Declared column -> Polars dtype.
         hive: ``False`` reads no partition folders.
         flag_lost: Add the Boolean columns ``LOST + name`` as `scan_declared` does.
+        notes: A list to which each file column read as nulls because of a twin in letter
+            case is added, for the curator only (``{"file", "column", "twins",
+            "reason"}``; the file relative to ``path``): confidential, it names the file.
 
     Returns:
         A Spark DataFrame: the declared columns in the declared order (Spark types of the
@@ -1007,7 +1047,9 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
     for file, plan in file_plans(path, schema, hive=hive,
                                  readable=lambda d: _spark_read_type(d) is not None):
         if insensitive:
-            plan = _case_twins_unreadable(file, plan)
+            before, plan = plan, _case_twins_unreadable(file, plan)
+            if notes is not None:
+                notes.extend(_twin_notes(path, file, before, plan))
         key = tuple((c, how, repr(what)) for c, (how, what) in plan.items())
         groups.setdefault(key, (plan, []))[1].append(file)
     frames = []

@@ -1199,3 +1199,199 @@ def test_to_polars_without_to_arrow_equals_the_arrow_branch(spark, zone):
         assert got.equals(want), (got, want)
     finally:
         spark.conf.set("spark.sql.session.timeZone", before)
+
+
+def test_case_clashes_fold_names_as_spark_compares_them():
+    """Spark's case-insensitive comparisons are Java's, not Python's ``str.lower`` (stop 65).
+
+    Spark resolves ``X_Σ`` and ``x_ς`` as one column (Java's final sigma is decided by word
+    boundaries: ``X_Σ`` lowers to ``x_ς``; Python's to ``x_σ``), and ``withColumns``/``drop``
+    take ``ıd`` and ``id`` for one (Java's ``equalsIgnoreCase``, through the upper case):
+    neither pair was a clash, so a frame with both failed with Spark's own error, and
+    ``withColumns`` of ``id`` replaced ``ıd`` too. Both are now clashes; ``ss``/``ß`` and
+    ``ﬀ``/``ff`` are not (for Spark neither).
+    """
+    from tabdp.frame.backends.spark import case_clashes
+
+    assert case_clashes(["X_Σ", "x_ς"]) == [["X_Σ", "x_ς"]]
+    assert case_clashes(["A1Σ", "a1ς"]) == [["A1Σ", "a1ς"]]
+    assert case_clashes(["ıd", "id"]) == [["ıd", "id"]]
+    assert case_clashes(["İD", "id"]) == [["İD", "id"]]
+    assert case_clashes(["ſum", "Sum"]) == [["ſum", "Sum"]]
+    assert case_clashes(["ss", "ß", "ﬀ", "ff"]) == []
+
+
+def test_case_clashes_cover_every_pair_the_jvm_takes_for_one(spark):
+    """Every pair of names the session's JVM takes for one is a clash for tabdp (stop 65).
+
+    Either of Spark's comparisons (``toLowerCase(Locale.ROOT)``: column resolution;
+    ``equalsIgnoreCase``: ``withColumns``, ``drop``), checked against the JVM itself; and
+    Spark's own resolution refuses the pairs Python's ``str.lower`` let through.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import case_clashes
+
+    su = spark._jvm.org.apache.commons.lang3.StringUtils
+    root = spark._jvm.java.util.Locale.ROOT
+    names = ["x_σ", "X_Σ", "x_ς", "A1Σ", "a1ς", "ΑΣ", "ας", "id", "Id", "ıd", "İd", "i\u0307d",
+             "ß", "ẞ", "ss", "SS", "ǅ", "ǆ", "Ǆ", "K", "k", "\u212a", "µ", "μ", "Μ", "ſ", "s",
+             "ϑ", "θ", "ᾈ", "ᾀ", "ﬀ", "ff", "Å", "å", "\u212b", "ꟁ", "Ꟁ"]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            jvm_one = su.equalsIgnoreCase(a, b) or su.lowerCase(a, root) == su.lowerCase(b, root)
+            if jvm_one:
+                assert case_clashes([a, b]), (a, b)
+    sdf = spark.createDataFrame([(1, 2)], T.StructType([T.StructField("X_Σ", T.LongType()),
+                                                        T.StructField("x_ς", T.LongType())]))
+    with pytest.raises(Exception, match="AMBIGUOUS"):
+        sdf.select(F.col("X_Σ")).collect()
+    two = spark.createDataFrame([(1, 2)], ["ıd", "id"])
+    assert two.drop("id").columns == []  # Spark's drop takes both
+
+
+def test_spark_release_refuses_names_spark_cannot_tell_apart(spark):
+    """A row-mode release over a frame with ``X_Σ`` and ``x_ς``: refused (stop 65).
+
+    From the schema, with what to do, not Spark's own error; a name with a letter Python's
+    Unicode does not know is refused likewise (the JVM's may fold it).
+    """
+    base = _spark_frame(spark, _data(12))
+    kw = {"by": ["county", "sector"], "keys": KEYS, "mechanism": mech.Gaussian(50.0)}
+    with pytest.raises(tabdp.InvalidParameterError, match="differ only in letter case"):
+        base.select("*", base["emp"].alias("X_Σ"), base["emp"].alias("x_ς")).dp.sum(
+            "payroll", session=tabdp.Session(seed=0), **kw)
+    with pytest.raises(tabdp.InvalidParameterError, match="Unicode database"):
+        base.withColumn("a" + chr(0x378), base["emp"]).dp.sum(
+            "payroll", session=tabdp.Session(seed=0), **kw)
+
+
+def _parquet_frame(spark: Any, table: Any, path: Any) -> Any:
+    """A Spark frame read from ``table`` (pyarrow) written as Parquet.
+
+    Values Spark itself would not build: a map holding both ``-0.0`` and ``0.0``.
+    """
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, str(path))
+    return spark.read.parquet(str(path))
+
+
+def test_map_keys_minus_zero_and_zero_fingerprint_by_entries_not_order(spark, tmp_path):
+    """Map keys ``-0.0`` and ``0.0`` (stop 65): the sorted entries' order is total.
+
+    Spark orders ``-0.0`` and ``0.0`` as equal, so a map read with both keys and equal
+    values kept its stored order in `_canonical`'s sort and the fingerprint of two equal
+    maps (entries in another order) differed: a frame rebuilt so was refused as another
+    frame. At any depth of a key too (a struct key). Unequal maps still differ.
+    """
+    pa = pytest.importorskip("pyarrow")
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _fingerprint
+
+    def fps(rows: list[Any], key: Any) -> list[int]:
+        table = pa.table({"m": pa.array(rows, pa.map_(key, pa.int64()))})
+        sdf = _parquet_frame(spark, table, tmp_path / f"m{len(list(tmp_path.iterdir()))}.pq")
+        dtype = sdf.schema["m"].dataType
+        return [r[0] for r in sdf.select(_fingerprint(F.lit(1), "m", dtype)).collect()]
+
+    f64 = pa.float64()
+    a, b, c, d = fps([[(-0.0, 1), (0.0, 1)], [(0.0, 1), (-0.0, 1)], [(0.0, 1)], [(-0.0, 1)]],
+                     f64)
+    assert a == b  # the same map, entries stored in another order
+    assert len({a, c, d}) == 3  # other maps
+    sk = pa.struct([("x", f64)])
+    a, b = fps([[({"x": -0.0}, 1), ({"x": 0.0}, 1)], [({"x": 0.0}, 1), ({"x": -0.0}, 1)]], sk)
+    assert a == b
+
+
+def _no_arrow_anywhere(monkeypatch: pytest.MonkeyPatch, sdf: Any) -> None:
+    """Remove ``DataFrame.toArrow`` from every class that defines it (PySpark 3.5 has none)."""
+    for cls in type(sdf).__mro__:
+        if "toArrow" in vars(cls):
+            monkeypatch.delattr(cls, "toArrow")
+    assert not hasattr(sdf, "toArrow")
+
+
+def test_lifetime_charges_without_to_arrow_are_typed(spark, monkeypatch):
+    """PySpark 3.5's collect of the admitted units' lifetime charges (stop 65): typed.
+
+    It went through pandas: an integer unit column holding a null came back Float64 (the id
+    ``2**53 + 1`` became ``2**53``: two units charged as one), and no admitted unit came
+    back as untyped object columns. Now `to_polars`' rows as Python values.
+    """
+    import types
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame._spark import _UID, _lifetime_charges
+    from tabdp.privacy.accounting import COMPONENTS
+
+    schema = T.StructType([T.StructField(_UID, T.LongType()),
+                           T.StructField("ok0", T.BooleanType()),
+                           T.StructField("r0", T.DoubleType()),
+                           T.StructField("s0", T.DoubleType())])
+    decided = spark.createDataFrame([(2**53 + 1, True, 0.5, 1.0), (None, True, 0.25, 2.0),
+                                     (7, False, 9.0, 9.0)], schema)
+    comps = {c: F.col("r0") for c in COMPONENTS}
+    sess = types.SimpleNamespace(lifetime=object())
+    _no_arrow_anywhere(monkeypatch, decided)
+    got = _lifetime_charges(sess, decided, F.col("ok0"), comps, [("c", ["x"])])
+    assert got is not None
+    units, sums, maxes = got
+    assert units.dtype == pl.Int64 and sorted(units.to_list(), key=str) == [2**53 + 1, None]
+    assert sorted(sums["rho@c"].tolist()) == [0.25, 0.5]
+    none = _lifetime_charges(sess, decided, F.lit(False), comps, [("c", ["x"])])
+    assert none is not None and none[0].dtype == pl.Int64 and none[0].len() == 0
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_to_polars_without_to_arrow_nested_timestamps_are_utc(spark, monkeypatch, zone):
+    """A ``timestamp`` in a struct, an array or a map (stop 65), PySpark 3.5's branch.
+
+    PySpark turns an instant into the driver's local wall time: at top level the branch took
+    its microseconds (stop 64), in a struct it was the local wall time (Kolkata: 05:30 off).
+    Now the Arrow branch's frame, dtype for dtype and value for value: nested instants in
+    UTC. Forced here on the installed PySpark, in another driver (``TZ``) and session zone.
+    """
+    import datetime as dt
+    import time
+
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import to_polars
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        utc = dt.UTC
+        ts = T.TimestampType()
+        schema = T.StructType([
+            T.StructField("s", T.StructType([T.StructField("t", ts),
+                                             T.StructField("n", T.IntegerType())])),
+            T.StructField("a", T.ArrayType(ts)),
+            T.StructField("m", T.MapType(T.StringType(), ts)),
+            T.StructField("deep", T.StructType([T.StructField("in", T.StructType([
+                T.StructField("t", ts)]))])),
+            T.StructField("plain", T.StructType([T.StructField("x", T.DoubleType()),
+                                                 T.StructField("d", T.DateType())]))])
+        sdf = spark.createDataFrame([
+            ({"t": dt.datetime(2020, 1, 1, 0, 30, tzinfo=utc), "n": 1},
+             [dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc), None],
+             {"k": dt.datetime(2020, 6, 1, 12, tzinfo=utc)}, {"in": {"t": None}},
+             {"x": 2.5, "d": dt.date(2020, 1, 1)}),
+            (None, None, None, None, None)], schema)
+        want = to_polars(sdf)
+        got = to_polars(_NoArrow(sdf))
+        assert got.schema == want.schema, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
+        assert got["s"][0]["t"] == dt.datetime(2020, 1, 1, 0, 30, tzinfo=utc)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+        monkeypatch.undo()  # TZ as it was
+        time.tzset()

@@ -398,6 +398,19 @@ def test_spark_file_with_a_twin_in_letter_case_is_null_there(
     rules = [json.loads((s / "releases" / "r12" / "confidential" / "confidential.json")
                         .read_text())["input_rules"] for s in servers]
     assert rules[0]["declared_nulls"]["v"] == 1 and rules[1]["declared_nulls"]["v"] == 0
+    # the curator is told which file and why (stop 65: only the count), in confidential.json
+    notes = rules[0]["declared_null_files"]
+    assert [(n["file"], n["column"], n["twins"]) for n in notes] == [("s03.parquet", "v", ["V"])]
+    assert "caseSensitive" in notes[0]["reason"]
+    assert "declared_null_files" not in rules[1]
+    # ... and the author is not: the public files are the same names, none names the file
+    pubs = [s / "releases" / "r12" / "public" for s in servers]
+    files = [sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
+             for pub in pubs]
+    assert files[0] == files[1]
+    for p in pubs[0].rglob("*"):
+        if p.is_file():
+            assert b"s03" not in p.read_bytes(), p
 
 
 def test_spark_declared_columns_equal_in_letter_case_refused_as_other_inputs(

@@ -25,7 +25,9 @@ from tabdp.frame._spark import (
     _attach_cells,
     _local_frame,
     _pl_dtype,
+    _to_polars,
     case_clashes,
+    fold_case,
     free_checkpoint,
     polars_schema,
     quiet,
@@ -34,6 +36,7 @@ from tabdp.frame._spark import (
     spark_quantile_release,
     spark_type,
     try_cast,
+    unknown_letters,
     write_single_parquet,
 )
 from tabdp.frame.keys import KeySet
@@ -42,7 +45,7 @@ __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_groupe
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
            "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
            "REPORT_UNITS", "RESERVED", "mark_members", "local_frame", "polars_dtype",
-           "case_clashes"]
+           "case_clashes", "fold_case", "unknown_letters"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
@@ -62,57 +65,7 @@ def to_polars(sdf: Any) -> pl.DataFrame:
         >>> to_polars(pl.DataFrame({"a": [1]})).height
         1
     """
-    if isinstance(sdf, pl.DataFrame):
-        return sdf
-    if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
-        from pyspark.sql import types as T
-
-        out = pl.from_arrow(sdf.toArrow())
-        assert isinstance(out, pl.DataFrame)
-        instants = [f.name for f in sdf.schema.fields if isinstance(f.dataType, T.TimestampType)
-                    and getattr(out.schema[f.name], "time_zone", None) is not None]
-        return out.with_columns(pl.col(c).dt.convert_time_zone("UTC")
-                                .dt.replace_time_zone(None) for c in instants)
-    return _collected(sdf)
-
-
-def _collected(sdf: Any) -> pl.DataFrame:
-    """`to_polars` without ``toArrow`` (PySpark 3.5): the rows as Python values, typed.
-
-    Each column in the dtype `_key_dtypes` gives its Spark type (as the Arrow branch's), a
-    ``timestamp`` as its microseconds since 1970 (Spark's ``unix_micros``: PySpark turns an
-    instant into the *driver's* local wall time). Until stop 64 this went through pandas: a
-    ``timestamp`` was the session zone's wall time (the Arrow branch: the UTC wall time), an
-    integer column holding a null came back ``Float64`` (``2**53 + 1`` rounded) and a NaN
-    was null.
-
-    Example:
-        >>> _collected.__name__  # needs a SparkSession: see tests/frame/test_spark.py
-        '_collected'
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from tabdp.frame._spark import _key_dtypes
-
-    fields = list(sdf.schema.fields)
-    instant = [isinstance(f.dataType, T.TimestampType) for f in fields]
-    quoted = ["`" + f.name.replace("`", "``") + "`" for f in fields]
-    # (SQL's unix_micros: PySpark 3.5.0's functions may lack its wrapper)
-    picked = sdf.select(*[F.expr(f"unix_micros({q})").alias(f.name) if i else F.col(q)
-                          for f, q, i in zip(fields, quoted, instant, strict=True)])
-    rows = picked.collect()
-    dtypes = _key_dtypes({f.name: f.dataType for f in fields})
-    cols = []
-    for k, (f, i) in enumerate(zip(fields, instant, strict=True)):
-        values = [r[k] for r in rows]
-        if i:
-            cols.append(pl.Series(f.name, values, dtype=pl.Int64).cast(pl.Datetime("us")))
-            continue
-        dt = dtypes[f.name]
-        concrete = not (dt == pl.Object or isinstance(dt, (pl.List, pl.Struct)))
-        cols.append(pl.Series(f.name, values, dtype=dt if concrete else None))
-    return pl.DataFrame(cols)
+    return _to_polars(sdf)
 
 
 def local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
