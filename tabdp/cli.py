@@ -969,26 +969,38 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     import contextlib
     import warnings
 
+    from tabdp._warnroute import thread_warnings
     from tabdp.exceptions import CoverageWarning, RolledForwardWarning
 
+    author = spec.input.mode == "author"
+    # curator mode: the warnings of the run's own thread, shown once it ends; another thread's
+    # pass on as they came (never recorded process-wide: review stop 65)
     caught: list[warnings.WarningMessage] = []
+    # author mode: exactly the notices run_release addresses to the author (a dataset ledger's
+    # anchor notices, naming the dataset); nothing else is recorded, so every other warning
+    # given while the run runs (a library's, another thread's) goes to Python's handler: the
+    # confidential stderr.log while the run lasts, never the author's terminal
+    notices: list[tuple[type[Warning], str]] = []
     done = False
     try:
         with contextlib.ExitStack() as stack:
             shown = err
-            if spec.input.mode == "author" and getattr(err, "stream", err) is sys.stderr:
+            if author and getattr(err, "stream", err) is sys.stderr:
                 shown = cast("TextIO", _ReaderMayLeave(stack.enter_context(
                     _native_stderr_to_confidential(spec.output.confidential))))
             bar = _Bar(shown, not args.quiet)
             try:
-                with warnings.catch_warnings(record=True) as caught:
+                with warnings.catch_warnings(), contextlib.ExitStack() as collect:
                     warnings.simplefilter("always", CoverageWarning)
                     warnings.simplefilter("always", RolledForwardWarning)
+                    if not author:
+                        caught = collect.enter_context(thread_warnings())
                     engine = getattr(args, "engine", None)  # None: run_release's default
                     res = run_release(spec, overwrite=overwrite, progress=bar,
                                       test_seed=getattr(args, "test_seed", False),
                                       **({} if engine is None else {"engine": engine}),
-                                      spark_master=master)
+                                      spark_master=master,
+                                      _notices=notices if author else None)
             finally:
                 bar.close()
             bar.flush()
@@ -997,10 +1009,14 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         # the clean-up put a killed run's release in place: said also when the run then stops
         # (its folders now exist); curator mode only (run_release emits none in author mode)
         _write_rolled_forward(caught, err)
-        if not done and spec.input.mode != "author":
+        if author:
+            # also when the run stops (a ledger refused after its anchor was written): the
+            # author's notices are public words, the same on every dataset
+            _write_author_notices(notices)
+        elif not done:
             # a run that stops still tells the curator what it warned of before it stopped
             # (a ledger's rerun warning, coverage); an author-mode run that stops says nothing
-            # more than its failure message (what it met on the way is the curator's)
+            # more than its failure message and its notices (the rest is the curator's)
             _write_run_warnings(caught, err)
     _write_run_warnings(caught, err)
     out.write(f"Release {spec.release.name!r} done.\n")
@@ -1038,6 +1054,14 @@ def _write_run_warnings(caught: list[warnings.WarningMessage], err: TextIO) -> N
             err.write(f"WARNING (curator, do not publish): {w.message}\n")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _write_author_notices(notices: Sequence[tuple[type[Warning], str]]) -> None:
+    """Author mode: the run's notices to the author (public words), each as a warning."""
+    from tabdp.exceptions import warn_each_time
+
+    for category, text in notices:
+        warn_each_time(text, category, stacklevel=2)
 
 
 @contextlib.contextmanager
@@ -1095,11 +1119,13 @@ def _rolled_forward_notices(err: TextIO) -> Iterator[None]:
     """
     import warnings
 
+    from tabdp._warnroute import thread_warnings
     from tabdp.exceptions import RolledForwardWarning
 
     caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        # this thread's warnings only (another thread's pass on as they came)
+        with warnings.catch_warnings(), thread_warnings() as caught:
             warnings.simplefilter("always", RolledForwardWarning)
             yield
     finally:

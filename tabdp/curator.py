@@ -667,12 +667,18 @@ def _open_ledger(ds: _Dataset) -> Any:
     from tabdp.privacy.lifetime import Ledger
     from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
+    notes: list[str] = []
     try:
-        # its own anchor notices, passed on naming the dataset (never the ledger's path)
-        led = Ledger.open(ds.ledger, autocommit=True, _quiet=True)
+        # its own anchor notices, passed on naming the dataset (never the ledger's path),
+        # also those of an open that fails after writing the anchor (``_notes``)
+        led = Ledger.open(ds.ledger, autocommit=True, _quiet=True, _notes=notes)
     except (LedgerError, InvalidParameterError) as err:
-        raise dataset_ledger_error(ds.name, err) from err
-    dataset_ledger_warnings(ds.name, led.open_warnings)
+        refusal = dataset_ledger_error(ds.name, err)
+        dataset_ledger_warnings(ds.name, notes)
+        for note in notes:  # the curator's, with the ledger's path: on the chained cause
+            err.add_note(f"(the ledger's anchor notice at this open) {note}")
+        raise refusal from err
+    dataset_ledger_warnings(ds.name, notes)
     return led
 
 

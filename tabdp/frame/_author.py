@@ -19,21 +19,21 @@ wraps one release so that what its caller sees depends on the data only through 
   warnings of other threads while the call runs (Python's warning handler is one per process:
   without this, an author's release collected the curator's confidential warnings, or
   another author's, given meanwhile on another thread). The routing is a hook on
-  ``warnings._showwarnmsg``, installed once (`_route_warnings`), that no ``catch_warnings``
-  saves or restores: a handler swapped in for the call was put back by another thread's
-  overlapping ``catch_warnings`` while the call still ran, and its data-phase warnings then
-  reached the process's handler (the terminal).
+  ``warnings._showwarnmsg``, installed once (`tabdp._warnroute.route_warnings`), that no
+  ``catch_warnings`` saves or restores: a handler swapped in for the call was put back by
+  another thread's overlapping ``catch_warnings`` while the call still ran, and its data-phase
+  warnings then reached the process's handler (the terminal).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tabdp._warnroute import CALLS, LOCK, RUNNING, route_warnings
 from tabdp.exceptions import DataFailure, InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame.backends import is_frame, pin_frame, pinned_by_curator_only
@@ -44,43 +44,11 @@ __all__ = ["author_call", "check_author_keys", "is_author", "bind_frame", "failu
 _T = TypeVar("_T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp package
 
-#: Per thread, the warning collectors of the author-mode calls it runs (innermost last).
-_CALLS = threading.local()
-#: How many author-mode calls run in the process (any thread), under `_LOCK`.
-_RUNNING = [0]
-_LOCK = threading.Lock()
-
-
-def _route_warnings() -> None:
-    """Install, once per process, the hook that routes warnings while author calls run.
-
-    ``warnings._showwarnmsg`` is where every warning that passed the filters goes (Python's
-    ``warn`` and C's ``PyErr_WarnEx`` alike) before ``showwarning``; ``catch_warnings`` saves
-    and restores ``showwarning`` and the filters, never this hook, so no other thread's
-    ``catch_warnings`` can put it back while a call runs. A warning of a thread running an
-    author call goes to that call's collector (kept before its data phase, else dropped);
-    of another thread while any author call runs, dropped (it may be an engine's worker of the
-    release, or the curator's confidential message); otherwise on as before.
-
-    Example:
-        >>> _route_warnings(); getattr(warnings._showwarnmsg, "_tabdp_author", False)
-        True
-    """
-    with _LOCK:
-        inner = warnings._showwarnmsg  # type: ignore[attr-defined]
-        if getattr(inner, "_tabdp_author", False):
-            return
-
-        def routed(msg: Any) -> None:
-            calls = getattr(_CALLS, "stack", None)
-            if calls:
-                calls[-1](msg.message, msg.category)
-            elif _RUNNING[0] == 0:
-                inner(msg)
-            # else dropped: another thread's, while an author call runs
-
-        routed._tabdp_author = True  # type: ignore[attr-defined]
-        warnings._showwarnmsg = routed  # type: ignore[attr-defined]
+#: the routing of warnings by thread (one hook per process, shared with `tabdp.release`'s run)
+_route_warnings = route_warnings
+_CALLS = CALLS
+_RUNNING = RUNNING
+_LOCK = LOCK
 
 
 def is_author(session: Any) -> bool:
@@ -180,8 +148,9 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     # messages hold CONFIDENTIAL counts), another author's release. Only this thread's, given
     # before the data is read, are this call's to show (`_route_warnings`).
 
-    def show(message: Warning | str, category: type[Warning]) -> None:
+    def show(msg: warnings.WarningMessage) -> None:
         if not state.data_read:
+            message, category = msg.message, msg.category
             shown.append(message if isinstance(message, Warning) else category(message))
         # else dropped: given while the data is read
 

@@ -1264,7 +1264,8 @@ class Ledger:
              create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
              verify_history: bool = False, accept_restore: bool = False,
-             read_only: bool = False, _new: bool = False, _quiet: bool = False) -> Ledger:
+             read_only: bool = False, _new: bool = False, _quiet: bool = False,
+             _notes: list[str] | None = None) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
@@ -1322,6 +1323,10 @@ class Ledger:
             _quiet: Internal: the opening's anchor notices are not warned, only kept in
                 `open_warnings` (an author's run passes them on without the ledger's path:
                 `tabdp.release.curator_config.dataset_ledger_warnings`).
+            _notes: Internal: the opening's anchor notices are also appended here, also when
+                the open then fails (a budget that does not match, a rollback or the state
+                failing after the anchor was written): with ``_quiet`` the caller passes them
+                on itself, and would otherwise lose them with the ledger it never got.
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
@@ -1418,9 +1423,13 @@ class Ledger:
                                how="diagonal_relaxed") if state_bytes else None)
         except BaseException:
             lock.release()
+            if _notes is not None:  # the anchor was written: its notice is not lost
+                _notes.extend(notes)
             raise
         led = cls(root, lock, entries, state, autocommit, read_only)
         led.open_warnings = notes
+        if _notes is not None:
+            _notes.extend(notes)
         return led
 
     @classmethod

@@ -37,7 +37,8 @@ RERUN_TEXT = "this run looks like a rerun of the series' last release"
 READ_ONLY_RERUN_TEXT = "the lifetime ledger already holds this release"
 
 
-def open_ledger(spec: Any, read_only: bool = False) -> Any:
+def open_ledger(spec: Any, read_only: bool = False,
+                notices: list[tuple[type[Warning], str]] | None = None) -> Any:
     """The spec's lifetime ledger, locked and verified (``None`` without ``[ledger]``).
 
     Args:
@@ -47,6 +48,9 @@ def open_ledger(spec: Any, read_only: bool = False) -> Any:
         read_only: Open it read-only (``tabdp compare``'s DP side): verified and locked as
             for a run, it filters units the same way, but is never committed and nothing in
             or next to it is written (`tabdp.Ledger.open`'s ``read_only``).
+        notices: Given (``tabdp run``): an author-mode run's notices to its author (a
+            dataset ledger's anchor notices, naming the dataset only) are appended here as
+            ``(category, text)`` instead of warned, also when the ledger is then refused.
 
     Returns:
         The open [`tabdp.Ledger`][tabdp.Ledger] (``autocommit=False``), or ``None``.
@@ -65,19 +69,23 @@ def open_ledger(spec: Any, read_only: bool = False) -> Any:
 
     out = spec.output
     dataset = getattr(led, "dataset", None)
+    notes: list[str] = []
     try:
-        # an author's run: the ledger's anchor notices (its own, `open_warnings`) are passed
-        # on naming the dataset, never the ledger's path
+        # an author's run: the ledger's anchor notices (its own, `open_warnings`, also those
+        # of an open that fails after writing the anchor: `_notes`) are passed on naming the
+        # dataset, never the ledger's path
         ledger = Ledger.open(led.path, series=led.series,
                              lifetime_budget=led.lifetime_budget, autocommit=False,
                              public=(out.public, out.confidential, out.plan),
-                             read_only=read_only, _quiet=dataset is not None)
+                             read_only=read_only, _quiet=dataset is not None, _notes=notes)
     except (LedgerError, InvalidParameterError) as err:
-        if dataset is None:
+        if dataset is None:  # the curator's: the notices were warned as they came
             raise
-        raise dataset_ledger_error(dataset, err) from None
+        refusal = dataset_ledger_error(dataset, err)
+        dataset_ledger_warnings(dataset, notes, into=notices)
+        raise refusal from None
     if dataset is not None:
-        dataset_ledger_warnings(dataset, ledger.open_warnings)
+        dataset_ledger_warnings(dataset, notes, into=notices)
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger.allow_discard()
     if spec.input.mode == "curator":

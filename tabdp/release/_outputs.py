@@ -386,7 +386,8 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
                         if k not in ("policy", "negative_values", "clipped", "dropped")},
         # the schema the data actually has (the manifest lists the declared one)
         "input_schema": dict(input_schema),
-        # the lifetime ledger's warnings as it opened (before the data), then the run's
+        # the lifetime ledger's warnings as it opened (before the data), then the data
+        # pass's: those of the run's own thread (`tabdp._warnroute`), never another thread's
         "warnings": [*getattr(session.lifetime, "open_warnings", []),
                      *[str(w.message) for w in caught]],
         "releases": releases,

@@ -824,19 +824,41 @@ def dataset_ledger_error(dataset: str, err: Exception) -> LedgerError:
         "ledger (tabdp ledger verify).")
 
 
-def dataset_ledger_warnings(dataset: str, notices: Sequence[str]) -> None:
+def dataset_ledger_notice(dataset: str) -> str:
+    """The words an author may read for one anchor notice of a dataset's ledger.
+
+    Args:
+        dataset: The dataset's name in the curator's configuration (public to its authors).
+
+    Returns:
+        The notice, naming the dataset only (never the ledger's path).
+
+    Example:
+        >>> "'cbp'" in dataset_ledger_notice("cbp")
+        True
+    """
+    return (f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its last "
+            "release kept next to it) was missing or replaced, and was brought up to date; "
+            "the details are the curator's.\nHint: the curator checks the dataset's ledger "
+            "(tabdp ledger verify).")
+
+
+def dataset_ledger_warnings(dataset: str, notices: Sequence[str],
+                            into: list[tuple[type[Warning], str]] | None = None) -> None:
     """A curator-configured ledger's anchor notices, in words an author may read.
 
     The ledger's own notices (an anchor written for a ledger that had none, an accepted
     restore) quote its server path: each is passed on as a `PrivacyWarning` naming the dataset
     only. ``tabdp ledger verify`` gives the curator the details. The notices are those of the
-    opening itself (`tabdp.Ledger.open` with ``_quiet=True``, its ``open_warnings``), never
-    warnings recorded while it ran: recording is process-wide, and would turn another thread's
-    `PrivacyWarning` (perhaps about its data) into an author-visible one.
+    opening itself (`tabdp.Ledger.open` with ``_quiet=True``, its ``open_warnings`` or
+    ``_notes``), never warnings recorded while it ran: recording is process-wide, and would
+    turn another thread's `PrivacyWarning` (perhaps about its data) into an author-visible one.
 
     Args:
         dataset: The dataset's name in the curator's configuration (public to its authors).
         notices: The ledger's opening notices (confidential: they quote its path).
+        into: Given: each ``(PrivacyWarning, text)`` is appended here instead of warned (the
+            caller shows them itself: ``tabdp run``).
 
     Example:
         >>> import warnings
@@ -847,8 +869,7 @@ def dataset_ledger_warnings(dataset: str, notices: Sequence[str]) -> None:
         (False, True)
     """
     for _ in notices:  # each time (the default filter would show this text once per line)
-        warn_each_time(
-            f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its "
-            "last release kept next to it) was missing or replaced, and was brought up to "
-            "date; the details are the curator's.\nHint: the curator checks the dataset's "
-            "ledger (tabdp ledger verify).", PrivacyWarning, stacklevel=3)
+        if into is not None:
+            into.append((PrivacyWarning, dataset_ledger_notice(dataset)))
+        else:
+            warn_each_time(dataset_ledger_notice(dataset), PrivacyWarning, stacklevel=3)

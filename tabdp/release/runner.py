@@ -37,6 +37,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from tabdp._warnroute import thread_warnings
 from tabdp.exceptions import (
     CoverageWarning,
     DataValidationError,
@@ -115,7 +116,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 engine: str = "polars", spark: Any = None,
                 spark_master: str | None = None,
                 _ledger_read_only: bool = False,
-                _not_for_publication: tuple[str, str] | None = None) -> ReleaseResult:
+                _not_for_publication: tuple[str, str] | None = None,
+                _notices: list[tuple[type[Warning], str]] | None = None) -> ReleaseResult:
     """Run a release: read the input, release every table, derive rollups, write both folders.
 
     Everything that can be checked without data is checked first (seed, output folders, stale
@@ -180,6 +182,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     folder looks publishable. A run with ``_ledger_read_only`` must be marked (it is charged
     nowhere): without ``_not_for_publication`` it is refused before anything is read.
 
+    ``_notices`` (internal: ``tabdp run``): an author-mode run's notices to its author (a
+    dataset ledger's anchor notices, naming the dataset only: `open_ledger`) are appended
+    there as ``(category, text)`` instead of warned, also when the ledger is then refused.
+    The caller shows exactly those to the author; every other warning of the process stays
+    a warning (in the CLI's author mode, on the confidential ``stderr.log``).
+
     Example:
         >>> import tabdp, pathlib, tempfile
         >>> from tabdp.release.spec import load_spec
@@ -232,7 +240,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     # the lifetime ledger: locked and verified before anything of the data is read (the
     # schema check and the declared scan read the files' footers), so that whether a run is
     # refused for its ledger never depends on the data
-    ledger = open_ledger(spec, read_only=_ledger_read_only)
+    ledger = open_ledger(spec, read_only=_ledger_read_only, notices=_notices)
     if ledger is not None and spec.ledger is not None and spec.ledger.dataset is None:
         # the spec's own series ([ledger]): the bound over its releases, from the past
         # entries' names and public curves (read from the chain, verified at open; never the
@@ -263,7 +271,13 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
         # data-free: mapping codes the join's conversion merges are refused before any read
         # where the engine reads the input's schema first (Polars)
         eng.before_data(lambda: _check_input_first(spec, started))
-        with warnings.catch_warnings(record=True) as caught:
+        # the data pass's warnings: this thread's own (tabdp's notices, and a library's it
+        # called), collected by thread (`tabdp._warnroute`), never recorded process-wide: a
+        # record took another thread's warnings into the curator's files, and another
+        # thread's overlapping catch_warnings could put the handler back mid-run, sending
+        # the run's own warnings past it (to an author's terminal). The filters below are
+        # process-wide; the collection is not
+        with warnings.catch_warnings(), thread_warnings() as caught:
             warnings.simplefilter("always")
             # PySpark's notice about the pandas version says nothing about the data
             warnings.filterwarnings("ignore", message="PySpark does not yet fully support",

@@ -272,3 +272,30 @@ def test_another_threads_privacy_warning_never_becomes_the_authors_anchor_warnin
     got = _author_warnings(cur, "b")
     assert got.count(ANCHOR_TEXT) == 1 and str(tmp_path) not in "".join(got)
     assert (tmp_path / ".ledger.head.json").exists()
+
+
+# origin: stop 65 (an author's open that failed after the ledger's anchor was written lost the
+# anchor notice: the author's warning and the curator's details alike)
+def test_the_anchor_notice_is_kept_when_the_open_then_fails(tmp_path, monkeypatch):
+    import warnings
+
+    from tabdp.privacy import lifetime
+
+    cur = _curator(tmp_path)
+    (tmp_path / ".ledger.head.json").unlink()  # a series without releases: written at open
+
+    def rollback(cls, root, entries):  # the open fails after the anchor was written
+        raise LedgerError(f"the ledger {root} could not be rolled back")
+
+    monkeypatch.setattr(lifetime.Ledger, "_rollback", classmethod(rollback))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        with pytest.raises(LedgerError, match="dataset 'firms'") as info:
+            cur.author_session("firms", name="a")
+    said = [str(w.message) for w in got]
+    assert said.count(ANCHOR_TEXT) == 1, said  # the author's: the dataset named only
+    assert str(tmp_path) not in "".join(said) + str(info.value)
+    assert (tmp_path / ".ledger.head.json").exists()
+    # the curator's: the ledger's own notice, with its path, on the chained cause
+    notes = getattr(info.value.__cause__, "__notes__", [])
+    assert any("had no anchor" in n and str(tmp_path) in n for n in notes), notes

@@ -476,3 +476,30 @@ def test_the_authors_anchor_warning_comes_from_the_ledger_alone(tmp_path, monkey
     warn_from_another_thread(monkeypatch, "elsewhere")  # while the ledger opens
     said = run("r2")  # an intact ledger with its anchor: no anchor warning
     assert "anchor" not in said and "elsewhere" in said, said
+
+
+# origin: stop 65 (an author run whose ledger open failed after the anchor was written lost the
+# anchor notice; the author is told it as on success, naming the dataset only)
+def test_the_authors_anchor_notice_is_kept_when_the_open_then_fails(tmp_path, monkeypatch):
+    import warnings
+
+    from tabdp.exceptions import LedgerError
+    from tabdp.privacy import lifetime
+
+    root = tmp_path / "server"
+    _server(root)
+    (root / "ledgers" / ".firms.head.json").unlink()  # no release yet: written at open
+
+    def rollback(cls, where, entries):  # the open fails after the anchor was written
+        raise LedgerError(f"the ledger {where} could not be rolled back")
+
+    monkeypatch.setattr(lifetime.Ledger, "_rollback", classmethod(rollback))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        code, out, err = _run(root, monkeypatch, "r1")
+    said = "\n".join([out, err, *(str(w.message) for w in got)])
+    assert code == 2 and "lifetime ledger of dataset 'firms' cannot be used" in err, said
+    assert said.count("the lifetime ledger of dataset 'firms': its anchor (the record of its "
+                      "last release kept next to it) was missing or replaced") == 1, said
+    assert str(root) not in said and "rolled back" not in said
+    assert (root / "ledgers" / ".firms.head.json").exists()
