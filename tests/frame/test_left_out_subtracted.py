@@ -10,7 +10,8 @@ report and confidential counters bit for bit. Each case runs both paths (forced 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -20,6 +21,8 @@ import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame.backends import polars as backend
 from tabdp.mechanisms.logconcave import VectorSubbotin
+
+T = TypeVar("T")
 
 NAMES = ["a", "b", "c", "solo", "empty"]  # cell i is NAMES[i]
 KEYS = tabdp.KeySet.from_dict(c=NAMES)
@@ -78,8 +81,9 @@ def _run(df: Any, unit: str | None, kind: str) -> tuple[list[Any], pl.DataFrame,
     return tables, s.report().per_record, s.records, (full, states)
 
 
-def _both(monkeypatch: pytest.MonkeyPatch, df: Any, unit: str | None, kind: str
-          ) -> tuple[Any, Any, int]:
+def _general_then_fast(monkeypatch: pytest.MonkeyPatch, run: Callable[[], T]
+                       ) -> tuple[T, T, int]:
+    """``run()`` on the general path, then on the subtraction path; and the fast path's calls."""
     calls = [0]
     orig = backend._minus
 
@@ -89,11 +93,16 @@ def _both(monkeypatch: pytest.MonkeyPatch, df: Any, unit: str | None, kind: str
 
     monkeypatch.setattr(backend, "_minus", counted)
     monkeypatch.setattr(backend, "FEW_LEFT_OUT", 10**18)  # never: the general path
-    general = _run(df, unit, kind)
+    general = run()
     assert calls[0] == 0
     monkeypatch.setattr(backend, "FEW_LEFT_OUT", 1)  # whenever at most all rows: fast path
-    fast = _run(df, unit, kind)
+    fast = run()
     return general, fast, calls[0]
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, df: Any, unit: str | None, kind: str
+          ) -> tuple[Any, Any, int]:
+    return _general_then_fast(monkeypatch, lambda: _run(df, unit, kind))
 
 
 @pytest.mark.parametrize(("unit", "kind"), [("u", "apart"), ("u", "joint"), (None, "apart")])
@@ -201,20 +210,9 @@ def test_subtraction_is_exact_for_every_measure_dtype(monkeypatch: pytest.Monkey
                       df.dp.count(by="c", keys=KEYS, session=s)]
         return full, [*tables, *[r.confidential for r in s.records]], s.report().per_record
 
-    calls = [0]
-    orig_minus = backend._minus
-
-    def counted(*a: Any) -> pl.DataFrame:
-        calls[0] += 1
-        return orig_minus(*a)
-
-    monkeypatch.setattr(backend, "_minus", counted)
-    monkeypatch.setattr(backend, "FEW_LEFT_OUT", 10**18)
-    gf, go, gr = run()
-    monkeypatch.setattr(backend, "FEW_LEFT_OUT", 1)
-    ff, fo, fr = run()
+    (gf, go, gr), (ff, fo, fr), calls = _general_then_fast(monkeypatch, run)
     left = [c["units_left_out_by_budget"] for c in fo[2:]]
-    assert left[0] > 0 and calls[0] == sum(n > 0 for n in left), (left, calls)
+    assert left[0] > 0 and calls == sum(n > 0 for n in left), (left, calls)
     if budget > 1e-6:  # some units kept, some left out
         assert left[0] < 150 - 20, left
     for a, b in zip(gf, ff, strict=True):
