@@ -1617,28 +1617,19 @@ def _key_compare_dtype(st: Any) -> Any:
     return _pl_dtype(st)
 
 
-def _check_nested_keys(c: str, st: Any, have: Any, want: Any, target: Any) -> None:
-    """Refuse a nested key column (or key set) against the other side, from the dtypes alone.
+def _check_nested_keys(c: str, have: Any, want: Any, target: Any) -> None:
+    """Refuse a nested key column against a nested key set Polars does not convert it to.
 
-    `common_dtype` has already refused values of another kind inside. A conversion Polars
-    refuses (a list against integer or date keys) is refused here with Polars' own check and
-    message (`_check_conversion`); the pairings Polars converts but Spark cannot (a struct
-    against text keys: Spark casts it to text but not back; a one-field struct against its
-    field's type) with the same message shape. Spark
-    refused all these in its analysis (an ``AnalysisException`` naming ``TRY_CAST``, not a
-    ``ColumnTypeError``; review nest65). Nested against nested goes on to `_spark_type`,
+    `common_dtype` has already refused values of another kind inside, and a nested column
+    against scalar keys or the reverse (the message Polars frames get; Spark refused these in
+    its analysis, an ``AnalysisException`` naming ``TRY_CAST``, review nest65, and the check
+    here is shared since keys65b). A conversion Polars refuses is refused with Polars' own
+    check and message (`_check_conversion`). Nested against nested goes on to `_spark_type`,
     which refuses nested keys on Spark.
     """
     if not (_is_nested(have) or _is_nested(want)) or target == have:
         return
     _check_conversion(c, have, want, target)
-    if not _is_nested(want):
-        raise ColumnTypeError(
-            f"key column {c!r} is {have} in the data but {want} in the key set, and tabdp "
-            f"cannot compare the two (the data's keys do not convert to {target}: Spark does "
-            f"not convert a {st.simpleString()} to it and back).\nHint: build the key set "
-            "with values of the data's type, or convert the data's key column to the key "
-            "set's type first (e.g. F.to_json(c) for a struct as its JSON text).")
 
 
 def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
@@ -1664,7 +1655,7 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
         target = common_dtype(c, have, want)
         if target is None:
             target = want
-        _check_nested_keys(c, schema[c], have, want, target)
+        _check_nested_keys(c, have, want, target)
         if target == pl.Int128:
             target = pl.Int64  # Spark integers are at most 64-bit: larger keys match no row
         if target == pl.Binary and pl.Binary != want:

@@ -388,8 +388,8 @@ def _key_kind(dtype: Any) -> str | None:
     Integers of every width, floats and decimals are numbers; ``Date`` and ``Datetime`` (any
     unit, any zone) are dates and times; ``Duration`` (any unit) durations; ``Time`` times of
     day. ``Null`` (a column or key set of nulls only) holds no value to misread (`common_dtype`
-    compares it in the other side's dtype); lists, structs and objects are left to the
-    conversion checks.
+    compares it in the other side's dtype); lists, arrays and structs take `common_dtype`'s
+    nested rule, objects are left to the conversion checks.
     """
     if isinstance(dtype, _TEXT):
         return "text"
@@ -454,11 +454,14 @@ def _nested_leaves(have: Any, want: Any) -> list[tuple[Any, Any]]:
 
     Lists and arrays pair their inner dtypes, structs their fields by position (as Polars'
     cast does; fields of other names or number are refused by the conversion check). A
-    nested dtype against a scalar pairs nothing (left to the conversion check).
+    nested dtype against a scalar inside is a pair (`common_dtype` refuses it); a list
+    against a struct pairs nothing (left to the conversion check).
 
     Example:
         >>> _nested_leaves(pl.List(pl.Struct({"a": pl.Int8})), pl.List(pl.Struct({"a": pl.Date})))
         [(Int8, Date)]
+        >>> _nested_leaves(pl.List(pl.Struct({"a": pl.Int8})), pl.List(pl.Int8))
+        [(Struct({'a': Int8}), Int8)]
     """
     if isinstance(have, (pl.List, pl.Array)) and isinstance(want, (pl.List, pl.Array)):
         return _nested_leaves(have.inner, want.inner)
@@ -467,7 +470,7 @@ def _nested_leaves(have: Any, want: Any) -> list[tuple[Any, Any]]:
             return []
         return [p for h, w in zip(have.fields, want.fields, strict=True)
                 for p in _nested_leaves(h.dtype, w.dtype)]
-    if _is_nested(have) or _is_nested(want):
+    if _is_nested(have) and _is_nested(want):
         return []
     return [(have, want)]
 
@@ -479,9 +482,9 @@ def _check_nested_kinds(col: str, have: Any, want: Any) -> None:
     (review rev65w: the key ``[1970-01-02]`` took the rows holding ``[1]``).
     """
     for h, w in _nested_leaves(have, want):
-        if isinstance(h, type):  # (a nested inner may be a dtype class)
+        if isinstance(h, type) and not _is_nested(h):  # (a nested inner may be a dtype class)
             h = h()
-        if isinstance(w, type):
+        if isinstance(w, type) and not _is_nested(w):
             w = w()
         try:
             common_dtype(col, h, w)
@@ -489,6 +492,36 @@ def _check_nested_kinds(col: str, have: Any, want: Any) -> None:
             raise ColumnTypeError(
                 f"key column {col!r} is {have} in the data but {want} in the key set, whose "
                 f"values inside are compared as {h} against {w}: {err}") from None
+
+
+def _nested_name(dtype: Any) -> str:
+    """``"list"``, ``"array"`` or ``"struct"`` for a nested dtype (instance or class)."""
+    for cls, name in ((pl.Array, "array"), (pl.List, "list"), (pl.Struct, "struct")):
+        if isinstance(dtype, cls) or dtype == cls:
+            return name
+    return "nested value"  # pragma: no cover - only nested dtypes are named
+
+
+def _refuse_nested_against_scalar(col: str, have: Any, want: Any) -> None:
+    """Refuse a nested key dtype (List, Array, Struct) against a scalar one, or the reverse.
+
+    Polars converts a one-field struct to its field's type and any struct to text (``{1}``),
+    and an integer to a one-field struct, so a struct column against integer keys failed in
+    the join (a ``SchemaError``, a panic on the streaming engine) once the data had a row and
+    ran on an empty frame, and against text keys ``'{1}'`` ran with every row outside the key
+    set (review keys65b). Which value inside is the key is the caller's to say.
+    """
+    nested = have if _is_nested(have) else want
+    raise ColumnTypeError(
+        f"key column {col!r} is {have} in the data but {want} in the key set, and tabdp "
+        f"cannot compare the two: a {_nested_name(nested)} holds several values and the other "
+        "side one, so tabdp would have to choose which value inside is the key, and rows would "
+        "fall silently outside the key set or into the wrong cells. Nested keys (List, Array, "
+        "Struct) are compared with nested data only, scalar keys with scalar data (a column "
+        "of nulls only against any type).\nHint: build the key set with values of the data's "
+        "type, or convert the nested side first: the value inside that is the key "
+        "(pl.col(c).struct.field('a'), pl.col(c).list.first(); on Spark F.col(c).getField('a'), "
+        "F.col(c)[0]) or its JSON text (pl.col(c).struct.json_encode(); F.to_json(c)).")
 
 
 def common_dtype(col: str, have: Any, want: Any) -> Any:
@@ -500,7 +533,10 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
     any text dtype, String, Categorical or Enum, a date, datetime or time of day with text
     keys). A ``Null`` column (nulls only) on either side goes with every dtype and is
     compared in the other side's dtype: a key set of nulls only holds the null key, which
-    matches the rows whose key is null and no other, whatever the data's dtype.
+    matches the rows whose key is null and no other, whatever the data's dtype. Nested
+    dtypes (List, Array, Struct) are compared with nested dtypes only, under the same rule
+    value by value inside (`_check_nested_kinds`); a nested dtype against a scalar one, or
+    the reverse, is refused (`_refuse_nested_against_scalar`).
 
     Args:
         col: The key column (for the message).
@@ -512,7 +548,8 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
 
     Raises:
         ColumnTypeError: Numbers against text; values of two different kinds (numbers against
-            dates, durations, times of day or Booleans; Booleans against dates...).
+            dates, durations, times of day or Booleans; Booleans against dates...); a
+            nested dtype against a scalar one (a struct against integer or text keys).
 
     Example:
         >>> common_dtype("s", pl.Int32, pl.Int64), common_dtype("s", pl.Int32, pl.Float64)
@@ -523,6 +560,12 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
         Traceback (most recent call last):
         ...
         tabdp.exceptions.ColumnTypeError: key column 's' is Int64 in the data (numbers) but Date ...
+        >>> common_dtype("s", pl.Struct({"a": pl.Int64}), pl.Int64)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.ColumnTypeError: key column 's' is Struct({'a': Int64}) in the data but ...
+        >>> common_dtype("s", pl.Struct({"a": pl.Int64}), pl.Null)
+        Struct({'a': Int64})
     """
     if have == want:
         return None
@@ -532,7 +575,11 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
         # decimals, Categorical...) to Null, so a key set of nulls was refused against
         # those and accepted against others (stop 65)
         return have if want == pl.Null else want
-    if _is_nested(have) or _is_nested(want):
+    if _is_nested(have) != _is_nested(want):
+        # a struct against integer keys failed in Polars' join once the data had a row (and
+        # ran on an empty frame); against text keys its text matched nothing (review keys65b)
+        _refuse_nested_against_scalar(col, have, want)
+    if _is_nested(have):
         _check_nested_kinds(col, have, want)
         return want
     if isinstance(have, _TEXT) and isinstance(want, _TEXT):

@@ -145,6 +145,66 @@ def test_nested_keys_of_the_same_kind_still_match(data: pl.Series, key: pl.Serie
     assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
 
 
+# a nested key column against scalar keys, or the reverse (review keys65b): Polars converts a
+# one-field struct to its field's type and any struct to text, and an integer to a struct, so
+# a struct column against the keys [1] failed in the join (SchemaError, a panic on the
+# streaming engine) once the data had a row and ran on an empty frame: whether the release ran
+# told whether the data had rows. Against the text keys ['{1}'] it ran, every row outside.
+NESTED_SCALAR = {
+    "struct-int": (pl.Series([{"a": 1}, {"a": 5}]), pl.Series([1])),
+    "struct-text": (pl.Series([{"a": 1}, {"a": 5}]), pl.Series(["{1}"])),
+    "struct-float": (pl.Series([{"a": 1.0}, {"a": 5.0}]), pl.Series([1.0])),
+    "struct of text-text": (pl.Series([{"a": "x"}, {"a": "y"}]), pl.Series(["x"])),
+    "int-struct": (pl.Series([1, 5]), pl.Series([{"a": 1}])),
+    "text-struct": (pl.Series(["{1}", "x"]), pl.Series([{"a": 1}])),
+    "list-int": (pl.Series([[1], [5]]), pl.Series([1])),
+    "array-text": (pl.Series([[1], [5]], dtype=pl.Array(pl.Int64, 1)), pl.Series(["[1]"])),
+    "int-list": (pl.Series([1, 5]), pl.Series([[1]])),
+}
+
+
+@pytest.mark.parametrize("pair", list(NESTED_SCALAR))
+def test_nested_keys_against_scalars_are_refused_from_the_dtypes(pair: str) -> None:
+    """The same ColumnTypeError on every path, with rows or without, before any data is read."""
+    data, key = NESTED_SCALAR[pair]
+    keys = tabdp.KeySet(pl.DataFrame({"k": key}))
+    full, empty = _frame(data), _frame(data).clear()
+    runs: list[tuple[object, bool]] = [(f, streaming) for f in (full, empty, full.lazy(),
+                                                                empty.lazy())
+                                       for streaming in (False, True)]
+    runs.append((full.to_pandas(), False))
+    for frame, streaming in runs:
+        s = tabdp.Session(seed=1, streaming=streaming)
+        with pytest.raises(ColumnTypeError, match="cannot compare the two") as err:
+            frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)  # type: ignore[attr-defined]
+        msg = str(err.value)
+        assert "several values" in msg and "Hint:" in msg
+        assert str(key.dtype) in msg
+        assert s.records == []
+
+
+def test_nested_keys_against_scalars_inside_are_refused() -> None:
+    """A struct inside a list against integers inside a list: the rule applies inside too."""
+    data = pl.Series([[{"a": 1}], [{"a": 5}]])
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series([[1]])}))
+    for frame in (_frame(data), _frame(data).clear()):
+        s = tabdp.Session(seed=1)
+        with pytest.raises(ColumnTypeError, match="values inside.*several values"):
+            frame.dp.count(by="k", keys=keys, session=s)
+        assert s.records == []
+
+
+def test_a_null_key_set_still_goes_with_nested_data() -> None:
+    """A key set of nulls only is no scalar against a struct: its null key matches null rows."""
+    data = pl.Series([{"a": 1}, None, {"a": 5}])
+    keys = tabdp.KeySet(pl.DataFrame({"k": pl.Series([None])}))
+    df = pl.DataFrame({"k": data, "x": [2.0, 3.0, 4.0]})
+    for frame, want in ((df, 3.0), (df.lazy(), 3.0), (df.clear(), 0.0)):
+        s = tabdp.Session(seed=1)
+        out = frame.dp.sum("x", by="k", keys=keys, mechanism=TINY, session=s)  # type: ignore[attr-defined]
+        assert [round(v, 2) for v in out["x"].to_list()] == [want]
+
+
 @pytest.mark.spark
 def test_spark_refuses_keys_of_another_kind(spark: object) -> None:
     """The Spark engine's own key comparison takes the same rule (`common_dtype`).
