@@ -686,3 +686,33 @@ def test_a_median_refuses_text_keys_against_numbers_before_reading() -> None:
     with pytest.raises(ColumnTypeError, match="numbers and text"):
         author.median("x", by="c", keys=KEYS, bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
     assert not cur.report("s").confidential_summary().get("author_failures")
+
+
+# origin: review rev65x
+@pytest.mark.parametrize("declared", [False, True])
+def test_enum_categories_from_the_data_are_not_the_authors(declared: bool) -> None:
+    """An Enum's categories (its dtype) reached the author: the schema and refusals named them.
+
+    A curator's Polars frame (or declaration) with an Enum built from the data
+    (``pl.Enum(df["c"].unique())``) has one category more on the neighbour whose one more
+    record holds ``zz_secret``: ``AuthorSession.schema`` (and its repr) showed
+    ``Enum(categories=[..., 'zz_secret'])``, and so did a key-type refusal's message.
+    """
+    views = []
+    for extra in ([], ["zz_secret"]):
+        vals = ["a", "b", "a", *extra]
+        enum = pl.Enum(sorted(set(vals)))  # the categories the data holds
+        df = pl.DataFrame({"c": pl.Series(vals, dtype=enum if not declared else pl.String),
+                           "l": pl.Series([[v] for v in vals], dtype=pl.List(enum)),
+                           "x": [1.0, 2.0, 3.0, 4.0][:len(vals)]})
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", df, schema={"c": enum, "l": pl.List(enum), "x": "Float64"}
+                if declared else None)
+        author = cur.author_session("d")
+        views.append([author.schema, repr(author),
+                      author_view(lambda a=author: a.sum(
+                          "x", by="c", keys=tabdp.KeySet.from_dict(c=[1, 2]),
+                          mechanism=mech.Gaussian(5.0), nulls="zero", negatives="allow")),
+                      *[author_view(call) for call in _releases(author)]])
+    assert "zz_secret" not in repr(views[1])
+    assert views[0] == views[1]
