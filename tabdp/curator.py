@@ -749,7 +749,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
         LOST,
         convert_leniently,
         dataset_files,
-        file_schema,
+        file_columns,
         scan_declared,
     )
 
@@ -758,7 +758,9 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
     if ds.kind == "path":
         assert ds.schema is not None
         files = dataset_files(Path(data))
-        present = {c for f in files for c in file_schema(f)}
+        # a name a file holds twice is in it, null there (`file_columns`; review rev65x: such
+        # a column was said to be "in none of its files")
+        present = {c for f in files for part in file_columns(f) for c in part}
         lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
         parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
                   if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False

@@ -716,3 +716,27 @@ def test_enum_categories_from_the_data_are_not_the_authors(declared: bool) -> No
                       *[author_view(call) for call in _releases(author)]])
     assert "zz_secret" not in repr(views[1])
     assert views[0] == views[1]
+
+
+# origin: review rev65x
+def test_a_column_held_twice_is_not_said_to_be_in_no_file(tmp_path: Path) -> None:
+    """A path dataset whose only file holds ``x`` twice: the curator was told ``x`` is absent.
+
+    Such a column is read as nulls in that file (review rev65p), but the curator's warning
+    said it was "in none of its files" (the file's schema listed the names held once only).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    pq.write_table(pa.table([pa.array(["a"]), pa.array([1.0]), pa.array([9.0])],
+                            names=["c", "x", "x"]), folder / "b.parquet")
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", folder, schema={"c": "String", "x": "Float64"})
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        cur.author_session("d")
+    texts = [str(w.message) for w in got]
+    assert not any("in none of its files" in t for t in texts), texts
+    assert any("{'x': 1}" in t for t in texts), texts  # its value is null there, counted
