@@ -17,7 +17,9 @@ the noise (docs/privacy-semantics.md, "The Python boundary"):
   mixed types: the curator's own call raises, plainly (the cause chained);
 * **dtypes from declarations, never from contents**: a pandas frame or a Parquet path needs a
   declared schema; a Polars or Spark frame may use its own (typed) schema instead. A sum returns
-  integer estimates only for a column declared integer (Float64 otherwise);
+  integer estimates only for a column declared integer (Float64 otherwise). An Enum is pinned
+  as Categorical: its categories (part of its dtype, which the author sees) may come from the
+  data;
 * inside an author's call, a key set read from the data is refused, and any failure after the
   data is read is the one `DataFailure` (``tabdp.frame._author``);
 * **the privacy unit** (``add(unit=...)``): the author cannot choose it (a finer unit would
@@ -713,6 +715,15 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             "(CONFIDENTIAL: never pass this warning on to an author).\nHint: fix the data or "
             "the declared schema (e.g. Float64 for a column with fractions).", TabdpWarning,
             stacklevel=3)
+    # an Enum's categories are part of its dtype, which the author sees (`AuthorSession.schema`,
+    # a data-free refusal's message) and may come from the data (``pl.Enum(df["c"].unique())``,
+    # declared or the frame's own: one record adds a category): pinned as Categorical, whose
+    # dtype names no value (review rev65x). A release's key column is an Enum of the key set's
+    # values either way (`tabdp.frame._output._key_cast`)
+    uncat = {c: _no_categories(t) for c, t in frame.schema.items()}
+    changed = [c for c, t in uncat.items() if t != frame.schema[c]]
+    if changed:
+        frame = frame.with_columns(pl.col(c).cast(uncat[c]) for c in changed)
     return frame, frame.lazy(), dict(frame.schema)
 
 
@@ -738,7 +749,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
         LOST,
         convert_leniently,
         dataset_files,
-        file_schema,
+        file_columns,
         scan_declared,
     )
 
@@ -747,7 +758,9 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
     if ds.kind == "path":
         assert ds.schema is not None
         files = dataset_files(Path(data))
-        present = {c for f in files for c in file_schema(f)}
+        # a name a file holds twice is in it, null there (`file_columns`; review rev65x: such
+        # a column was said to be "in none of its files")
+        present = {c for f in files for part in file_columns(f) for c in part}
         lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
         parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
                   if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False
@@ -784,6 +797,24 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
     nulled = {c: n for c, n in lost.items() if n}
     _check_usable(ds.name, dict(frame.schema))
     return frame, nulled, absent
+
+
+def _no_categories(dtype: Any) -> Any:
+    """``dtype`` with every Enum in it (also inside lists, arrays, structs) as Categorical.
+
+    Example:
+        >>> _no_categories(pl.List(pl.Enum(["a", "b"]))), _no_categories(pl.Int64)
+        (List(Categorical), Int64)
+    """
+    if isinstance(dtype, pl.Enum):
+        return pl.Categorical()
+    if isinstance(dtype, pl.List):
+        return pl.List(_no_categories(dtype.inner))
+    if isinstance(dtype, pl.Array):
+        return pl.Array(_no_categories(dtype.inner), dtype.shape)
+    if isinstance(dtype, pl.Struct):
+        return pl.Struct({f.name: _no_categories(f.dtype) for f in dtype.fields})
+    return dtype
 
 
 def _check_usable(name: str, schema: Mapping[str, Any]) -> None:

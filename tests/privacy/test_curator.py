@@ -686,3 +686,57 @@ def test_a_median_refuses_text_keys_against_numbers_before_reading() -> None:
     with pytest.raises(ColumnTypeError, match="numbers and text"):
         author.median("x", by="c", keys=KEYS, bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
     assert not cur.report("s").confidential_summary().get("author_failures")
+
+
+# origin: review rev65x
+@pytest.mark.parametrize("declared", [False, True])
+def test_enum_categories_from_the_data_are_not_the_authors(declared: bool) -> None:
+    """An Enum's categories (its dtype) reached the author: the schema and refusals named them.
+
+    A curator's Polars frame (or declaration) with an Enum built from the data
+    (``pl.Enum(df["c"].unique())``) has one category more on the neighbour whose one more
+    record holds ``zz_secret``: ``AuthorSession.schema`` (and its repr) showed
+    ``Enum(categories=[..., 'zz_secret'])``, and so did a key-type refusal's message.
+    """
+    views = []
+    for extra in ([], ["zz_secret"]):
+        vals = ["a", "b", "a", *extra]
+        enum = pl.Enum(sorted(set(vals)))  # the categories the data holds
+        df = pl.DataFrame({"c": pl.Series(vals, dtype=enum if not declared else pl.String),
+                           "l": pl.Series([[v] for v in vals], dtype=pl.List(enum)),
+                           "x": [1.0, 2.0, 3.0, 4.0][:len(vals)]})
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", df, schema={"c": enum, "l": pl.List(enum), "x": "Float64"}
+                if declared else None)
+        author = cur.author_session("d")
+        views.append([author.schema, repr(author),
+                      author_view(lambda a=author: a.sum(
+                          "x", by="c", keys=tabdp.KeySet.from_dict(c=[1, 2]),
+                          mechanism=mech.Gaussian(5.0), nulls="zero", negatives="allow")),
+                      *[author_view(call) for call in _releases(author)]])
+    assert "zz_secret" not in repr(views[1])
+    assert views[0] == views[1]
+
+
+# origin: review rev65x
+def test_a_column_held_twice_is_not_said_to_be_in_no_file(tmp_path: Path) -> None:
+    """A path dataset whose only file holds ``x`` twice: the curator was told ``x`` is absent.
+
+    Such a column is read as nulls in that file (review rev65p), but the curator's warning
+    said it was "in none of its files" (the file's schema listed the names held once only).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    pq.write_table(pa.table([pa.array(["a"]), pa.array([1.0]), pa.array([9.0])],
+                            names=["c", "x", "x"]), folder / "b.parquet")
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", folder, schema={"c": "String", "x": "Float64"})
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        cur.author_session("d")
+    texts = [str(w.message) for w in got]
+    assert not any("in none of its files" in t for t in texts), texts
+    assert any("{'x': 1}" in t for t in texts), texts  # its value is null there, counted
