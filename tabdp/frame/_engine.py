@@ -618,6 +618,32 @@ class _Snapshot(NamedTuple):
     # Row mode without the key columns in ``data`` (`_row_snapshot`): the rows outside the
     # key set of ``cells`` (ROW_ID, the key columns, _ROWS); None when ``data`` holds them.
     strays: pl.DataFrame | None = None
+    # Row mode (one row per row id): the row ids of ``data`` as one read-only Int64 array,
+    # once a release read them (`row_ids`), for the next release of the same snapshot.
+    ids: list[np.ndarray] | None = None
+
+
+def row_ids(snap: _Snapshot, inside: pl.DataFrame) -> np.ndarray | None:
+    """Row mode: the row ids of ``inside`` when it holds every row of ``snap.data``, else None.
+
+    ``inside`` is then ``snap.data`` filtered by a mask that kept every row (the rows in the
+    same order): its ids are the snapshot's, converted once per snapshot (a cast and a copy
+    of every row otherwise) and shared read-only by the releases' charges and losses.
+
+    Example:
+        >>> snap = _Snapshot(pl.DataFrame({ROW_ID: pl.Series([0, 1], dtype=pl.UInt32)}),
+        ...                  {}, {}, 2, True, ids=[])
+        >>> ids = row_ids(snap, snap.data)
+        >>> ids.tolist(), ids.dtype.name, row_ids(snap, snap.data) is ids
+        ([0, 1], 'int64', True)
+    """
+    if snap.ids is None or inside.height != snap.data.height:
+        return None
+    if not snap.ids:
+        got = np.asarray(snap.data[ROW_ID].cast(pl.Int64).to_numpy(), dtype=np.int64)
+        got.flags.writeable = False
+        snap.ids.append(got)
+    return snap.ids[0]
 
 
 def drops_rows(rules: _Rules) -> bool:
@@ -687,7 +713,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                 [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row, outside, snap.order, snap.totals, snap.cells,
-                             snap.strays)
+                             snap.strays, snap.ids)
     if unit_mode:
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
@@ -806,7 +832,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         cells[(id(keys), tuple(by))] = (keys, data[_CELL])
         data = data.drop(_CELL)
     return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
-                     cells=cells, strays=stray_rows)
+                     cells=cells, strays=stray_rows, ids=[] if per_row else None)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -1793,9 +1819,39 @@ def policy_threads() -> int:
     return work_threads()
 
 
+def _constant_rows(inside: pl.DataFrame, policy: _Policy, kind: str
+                   ) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+    """Row mode's count whose rows all hold the same row count: its per-row size and losses.
+
+    Every row's Δ is that count, so every row's size, ρ and ε (and ε_a, δ_a) are one value
+    each: the values `_policy_values` writes into arrays of every row (``np.full`` of the
+    policy at the first row's Δ), here read-only views of that value
+    (``numpy.broadcast_to``: no memory per row). ``None`` for a sum, no rows, or rows of
+    different counts.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> df = pl.DataFrame({_ROWS: [1, 1, 1]})
+        >>> size, (rho, eps) = _constant_rows(df, _Policy(Gaussian(1.0), []), "count")
+        >>> size.tolist(), rho.tolist(), rho.flags.writeable
+        ([1.0, 1.0, 1.0], [0.5, 0.5, 0.5], False)
+    """
+    n = inside.height
+    if kind != "count" or not n:
+        return None
+    rows = inside[_ROWS]
+    if rows.null_count() or rows.min() != rows.max():
+        return None
+    delta = rows.head(1).cast(pl.Float64).to_numpy()
+    vals = tuple(np.broadcast_to(np.float64(np.asarray(v)[0]), (n,))
+                 for v in policy(delta))
+    return np.broadcast_to(np.float64(delta[0]), (n,)), vals
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int], cells: bool = True, order: UnitOrder | None = None,
-             totals: bool = False) -> tuple[Charges, np.ndarray, np.ndarray]:
+             totals: bool = False, constant: bool = False, ids: np.ndarray | None = None
+             ) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
     The size of a (unit, cell) row is its largest contribution over the release's currencies
@@ -1812,6 +1868,13 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     no lifetime ledger): with several currencies and no cell audit, the rows' totals over the
     currencies are computed chunk by chunk (`_row_totals`, `Charges.totals`) and each
     currency's arrays only if something reads them (`Deferred`: the same doubles).
+
+    ``constant`` (row mode; for a caller whose readers of the charges and losses never write
+    them in place): a count whose rows all count alike (each row one, its Δ) charges every row
+    the same ρ, ε and size, held as read-only views of one value (`_constant_rows`: the
+    doubles `_policy_values` gives, without three arrays of every row written).
+
+    ``ids`` (row mode): ``inside``'s row ids as Int64 when the caller holds them (`row_ids`).
     """
     n = inside.height
     curs = policy.currencies()
@@ -1830,7 +1893,8 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             return compute
 
         names = [c for c, _ in curs]
-        return (Charges(inside[ROW_ID].cast(pl.Int64).to_numpy(), Deferred(names, lazily("rho")),
+        return (Charges(inside[ROW_ID].cast(pl.Int64).to_numpy() if ids is None else ids,
+                        Deferred(names, lazily("rho")),
                         Deferred(names, lazily("epsilon")), Deferred(names, lazily("size")),
                         policy.guarantee,
                         Deferred(names, lazily("eps_a")) if policy.approx else None,
@@ -1848,7 +1912,9 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for i, (cur, ms) in enumerate(policy.currencies()):
-        size, vals = _row_policy(inside, policy, kind, bits, ms, perm)
+        fixed = _constant_rows(inside, policy, kind) if row_mode and constant else None
+        size, vals = fixed if fixed is not None else _row_policy(inside, policy, kind, bits,
+                                                                 ms, perm)
         if cells:  # a (unit, cell)'s ρ over currencies, rounded up (never below the exact sum)
             cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho,
                                                                                  vals[0])
@@ -1858,7 +1924,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]
     kinds = ["rho", "epsilon", "size", *(["eps_a", "delta_a"] if policy.approx else [])]
     if row_mode:
-        units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
+        units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy() if ids is None else ids
     else:
         # each unit's losses are summed left to right over its cells in key-set order
         # (UnitOrder, _Segments), an order that depends on the ids and the key set only, never

@@ -29,6 +29,7 @@ from tabdp.privacy.ledger import (
     UnitLosses,
     _num,
     common_ids,
+    dense,
     loss_components,
     sorted_positions,
 )
@@ -470,7 +471,8 @@ class Session:
         losses = record.losses
         self.backend = backend
         if losses is not None and losses.n:
-            comps = _components(losses)
+            # (row mode's ledger only reads the zero components: views of one 0.0)
+            comps = loss_components(losses, isinstance(self._ledger, DenseLedger))
             self._ledger.add(losses.units, {c: comps[c] for c in COMPONENTS if c != "size"},
                              {"size": comps["size"]})
         if (charges is not None and admitted is not None and charges.n
@@ -949,7 +951,7 @@ class Report:
                 if ids.size == out.height and (not ids.size or (
                         ids[0] == 0 and ids[-1] == ids.size - 1
                         and bool(np.all(ids[1:] > ids[:-1])))):
-                    col = np.asarray(r.losses.rho, dtype=np.float64)  # every row, in order
+                    col = dense(r.losses.rho)  # every row, in order
                 else:
                     col = np.zeros(out.height)
                     col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
@@ -957,7 +959,7 @@ class Report:
                 continue
             have, units = common_ids(out[unit_col], r.losses.units)
             out = out.with_columns(have)
-            part = pl.DataFrame({unit_col: units, f"rho_{r.name}": r.losses.rho})
+            part = pl.DataFrame({unit_col: units, f"rho_{r.name}": dense(r.losses.rho)})
             if part.height == out.height and part[unit_col].equals(out[unit_col],
                                                                    null_equal=True):
                 # the release charged every unit of the ledger, in its order (sorted by unit)

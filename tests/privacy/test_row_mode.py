@@ -1059,3 +1059,93 @@ def test_the_row_snapshot_keeps_the_keys_of_rows_outside_the_key_set_only(
     assert len(snaps) == 1 and snaps[0].strays is None  # the keys kept: one snapshot
     for g, w in zip(got, want, strict=True):
         assert g.equals(w) if isinstance(g, pl.DataFrame) else g == w
+
+
+@pytest.mark.parametrize("budget", [None, 0.6])
+@pytest.mark.parametrize("cells", [False, True])
+def test_a_row_mode_count_charges_every_row_one_value_and_releases_share_the_row_ids(
+        monkeypatch: pytest.MonkeyPatch, budget: float | None, cells: bool) -> None:
+    """Row mode in memory: a count's per-row losses are one value each, the ids one array.
+
+    Every row of a row-mode count counts one, so its ρ, ε and size are one value for every
+    row: they were written as three arrays of every row (and each release converted the row
+    ids anew). Now they are read-only views of one value (`_constant_rows`) and the releases
+    of one snapshot share its ids (`row_ids`). Tables, per-record report, confidential
+    summary and ledger are those of the per-row arrays (a budget that leaves rows out, the
+    cell audit, a count first and last, a row dropped outside the key set).
+    """
+    from tabdp.frame import _engine as eng
+
+    rng = np.random.default_rng(3)
+    c = rng.choice(["A", "B", "Z"], 300).tolist()
+    c[::41] = [None] * len(c[::41])
+    df = pl.DataFrame({"c": c, "x": rng.lognormal(1.0, 1.5, 300)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"])
+
+    def run() -> tuple[list[Any], tabdp.Session]:
+        s = tabdp.Session(seed=9, streaming=False, budget=budget, track_cells=cells)
+        out = [df.dp.count(by="c", keys=keys, session=s),
+               df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(2.0), session=s),
+               df.dp.count(by="c", keys=keys, mechanism=mech.Laplace(3.0), session=s)]
+        rep = s.report()
+        led = s._ledger.frame(s._ledger.covered)
+        return [*out, rep.per_record, rep.confidential_summary(), led], s
+
+    got, s = run()
+    n_in = df.filter(pl.col("c").is_in(["A", "B"])).height
+    for r in (s.records[0], s.records[2]):  # (the budget left rows out of the last one)
+        assert r.losses is not None
+        if r is s.records[0] or budget is None:  # every row admitted
+            assert r.losses.n == n_in
+            for a in (r.losses.rho, r.losses.epsilon, r.losses.size):
+                assert a.strides == (0,) and not a.flags.writeable
+    if budget is None:  # every row in the key set and admitted: the releases' ids are one array
+        one = tabdp.Session(streaming=False, track_cells=cells)
+        inside = df.filter(pl.col("c").is_in(["A", "B"]))
+        inside.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(2.0), session=one)
+        inside.dp.count(by="c", keys=keys, session=one)  # (the sum's snapshot)
+        u = [r.losses.units for r in one.records if r.losses is not None]
+        assert len(u) == 2 and u[0] is u[1] and u[0].tolist() == list(range(n_in))
+    monkeypatch.setattr(eng, "_constant_rows", lambda *a: None)
+    monkeypatch.setattr(eng, "row_ids", lambda *a: None)
+    want, s2 = run()
+    assert s2.records[0].losses is not None
+    assert s2.records[0].losses.rho.strides == (8,)
+    for g, w in zip(got, want, strict=True):
+        assert g.equals(w) if isinstance(g, pl.DataFrame) else g == w
+
+
+def test_the_row_mode_ledger_is_handed_zero_components_as_views(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row mode in memory: the loss components a release adds as zeros are not arrays.
+
+    A zCDP release adds zero ``rho_g``, ``eps_a`` and ``delta_a``; they were an array of zeros
+    of every row, whose pages the ledger's check for a nonzero value faulted in one by one
+    (about 20,000 faults a release at 10M rows). The row ledger reads them only: now a
+    read-only view of one 0.0, and the ledger and report are unchanged.
+    """
+    from tabdp.privacy.ledger import DenseLedger
+
+    seen: list[dict[str, np.ndarray]] = []
+    add = DenseLedger.add
+
+    def spy(self: DenseLedger, units: Any, sums: dict[str, np.ndarray],
+            maxes: dict[str, np.ndarray]) -> None:
+        seen.append(dict(sums))
+        add(self, units, sums, maxes)
+
+    monkeypatch.setattr(DenseLedger, "add", spy)
+    df = pl.DataFrame({"c": ["a", "b"] * 50, "x": np.linspace(0.0, 9.0, 100)})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    s = tabdp.Session(seed=1, streaming=False)
+    df.dp.sum("x", by="c", keys=keys, mechanism=mech.Laplace(2.0), session=s)
+    df.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(2.0), session=s)
+    assert len(seen) == 2
+    for sums in seen:
+        for k in ("eps_a", "delta_a"):
+            assert sums[k].strides == (0,) and not sums[k].any()
+    assert seen[0]["rho_g"].strides == (0,)  # (zCDP releases: no Gaussian part)
+    pr = s.report().per_record
+    assert pr["rho"].to_list() == pytest.approx(
+        (s.records[0].losses.rho + s.records[1].losses.rho).tolist())
+    assert not {"eps_a", "delta_a", "rho_g"} & set(s._ledger.arrays)  # (all zero)

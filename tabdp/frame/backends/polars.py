@@ -48,6 +48,7 @@ from tabdp.frame._engine import (
     cells_of,
     left_out_counts,
     per_unit,
+    row_ids,
 )
 from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
@@ -483,10 +484,13 @@ class MemoryBackend(_PolarsOutput):
             order = (snap.order if snap.order is not None and inside.height == snap.data.height
                      else UnitOrder(inside[uid], inside[_CELL], len(keys) if by_list else 1))
         # no budget or lifetime ledger: the filter admits every row without reading a
-        # currency's charges, so row mode totals them over the currencies as it computes them
+        # currency's charges, so row mode totals them over the currencies as it computes them;
+        # a row-mode count charges every row alike: one value each, no arrays of every row
+        # (every reader of the charges and losses here reads them, none writes in place)
         charges, cell_rho, cell_size = _charges(
             inside, uid, snap.per_row, policy, kind, bits, cells=sess.track_cells, order=order,
-            totals=sess.budget is None and getattr(sess, "lifetime", None) is None)
+            totals=sess.budget is None and getattr(sess, "lifetime", None) is None,
+            constant=True, ids=row_ids(snap, inside) if snap.per_row else None)
         admitted = sess.admit(charges)
         left_out = np.zeros(charges.n, dtype=bool)
         for ok in admitted.values():
