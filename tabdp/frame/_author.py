@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tabdp._warnroute import CALLS, LOCK, RUNNING, route_warnings
+from tabdp._warnroute import LOCK, RUNNING, push
 from tabdp.exceptions import DataFailure, InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame.backends import is_frame, pin_frame, pinned_by_curator_only
@@ -44,11 +44,6 @@ __all__ = ["author_call", "check_author_keys", "is_author", "bind_frame", "failu
 _T = TypeVar("_T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp package
 
-#: the routing of warnings by thread (one hook per process, shared with `tabdp.release`'s run)
-_route_warnings = route_warnings
-_CALLS = CALLS
-_RUNNING = RUNNING
-_LOCK = LOCK
 
 
 def is_author(session: Any) -> bool:
@@ -146,7 +141,7 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     # Python's warning handler is one per process (before 3.14), so while this call runs it
     # also receives the warnings of every other thread: the curator's own calls (whose
     # messages hold CONFIDENTIAL counts), another author's release. Only this thread's, given
-    # before the data is read, are this call's to show (`_route_warnings`).
+    # before the data is read, are this call's to show (`tabdp._warnroute`).
 
     def show(msg: warnings.WarningMessage) -> None:
         if not state.data_read:
@@ -154,16 +149,12 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
             shown.append(message if isinstance(message, Warning) else category(message))
         # else dropped: given while the data is read
 
-    _route_warnings()
-    calls = getattr(_CALLS, "stack", None)
-    if calls is None:
-        calls = _CALLS.stack = []
     result: Any = None
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # (the filters: process-wide; the routing is not)
-        with _LOCK:
-            _RUNNING[0] += 1
-        calls.append(show)
+        with LOCK:
+            RUNNING[0] += 1
+        calls = push(show)  # the hook installed once per process (`tabdp._warnroute`)
         try:
             result = call()
         except (KeyboardInterrupt, SystemExit):
@@ -175,8 +166,8 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
                 early = err  # a data-free refusal: raised as itself
         finally:
             calls.pop()
-            with _LOCK:
-                _RUNNING[0] -= 1
+            with LOCK:
+                RUNNING[0] -= 1
     level = _caller_stacklevel()
     for w in shown:
         warnings.warn(w, stacklevel=level)
