@@ -286,7 +286,7 @@ def _key_cast(s: pl.Series, want: Any) -> pl.Series:
     if isinstance(want, (pl.Enum, pl.Categorical)):
         try:
             text = s.cast(pl.String, strict=True)
-        except Exception:  # noqa: BLE001 - bytes keys that are not text: kept as bytes
+        except pl.exceptions.PolarsError:  # bytes keys that are not UTF-8 text: kept as bytes
             return s
         vals = text.unique(maintain_order=True).drop_nulls().to_list()
         return text.cast(pl.Enum(vals))
