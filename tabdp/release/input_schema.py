@@ -43,6 +43,30 @@ _TEXT = (pl.String, pl.Categorical, pl.Enum)
 _NO_DATA = "Checked from the schema alone: no data was read."
 
 
+def _key_refusal(err: ColumnTypeError, *, author: bool) -> str:
+    """The engine's refusal of a key pair, with a hint for a spec's author (not Python's).
+
+    The engine's message ends with a hint for Python callers (``pl.col(c).cast(...)``), which
+    a spec cannot do: the reason is kept, the hint says what to change in the spec instead.
+
+    Example:
+        >>> from tabdp.frame.keys import check_key_pair
+        >>> try:
+        ...     check_key_pair("k", pl.Boolean, pl.Int64)
+        ... except ColumnTypeError as err:
+        ...     text = _key_refusal(err, author=True)
+        >>> "pl.col" in text, "Checked from the schema alone" in text, "curator" in text
+        (False, True, True)
+    """
+    reason = str(err).split("\nHint:", 1)[0].rstrip()
+    store = ("ask the data's curator to declare the column in that kind" if author else
+             "store the column in the data in that kind before the release")
+    return (f"{reason} {_NO_DATA}\nHint: give the public values (the domain, hierarchy "
+            "level or allowed keys) in the key column's own kind, e.g. `[true, false]` for a "
+            "Boolean column, dates as \"YYYY-MM-DD\" text in a domain for a Date column, or "
+            f"a Parquet file of that type; or {store}.")
+
+
 def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
     """The input's column names and Polars types, from the Parquet metadata only.
 
@@ -216,8 +240,8 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
             except ColumnTypeError as err:
                 raise SpecError(f"tables[{i}].by[{j}]",
                                 f"key column {c!r} (table {t.name!r}) is {have} in {source} "
-                                f"and cannot be compared with {where}: {err} {_NO_DATA}"
-                                ) from None
+                                f"and cannot be compared with {where}: "
+                                f"{_key_refusal(err, author=author)}") from None
             have = want
         compared[c] = have
         if t.keys_file is not None:
@@ -228,7 +252,8 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
         except ColumnTypeError as err:
             raise SpecError(f"tables[{i}].by[{j}]",
                             f"key column {c!r} (table {t.name!r}) is {have} in {source} and "
-                            f"cannot be compared with {where}: {err} {_NO_DATA}") from None
+                            f"cannot be compared with {where}: "
+                            f"{_key_refusal(err, author=author)}") from None
     if keys_frame is not None:
         # in author mode a column with a domain is compared in the domain's type; one without
         # (an allowed-keys file alone) in its declared type, as the run compares it (stop 65:
@@ -239,7 +264,8 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
         except ColumnTypeError as err:
             raise SpecError(f"tables[{i}].keys",
                             f"the allowed keys of table {t.name!r} cannot be compared with "
-                            f"{source}'s key columns: {err} {_NO_DATA}") from None
+                            f"{source}'s key columns: {_key_refusal(err, author=author)}"
+                            ) from None
 
 
 def spec_input_schema(spec: ReleaseSpec) -> tuple[dict[str, Any], str] | None:

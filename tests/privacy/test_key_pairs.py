@@ -117,6 +117,9 @@ def test_author_key_of_another_kind_is_refused_before_any_data(
     assert where in err and "cannot compare" in err and "same kind" in err
     assert "Boolean" in err and ("Decimal" in err or "Int64" in err) and "Hint:" in err
     assert "no data was read" in err
+    # a spec's author cannot run Python: the hint says what to change in the spec (stop 66)
+    hint = err.split("Hint:", 1)[1]
+    assert "pl." not in err and "curator" in hint and "[true, false]" in hint, err
     assert not (tmp_path / "with" / "releases").exists()
 
 
