@@ -465,6 +465,9 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
      "-1"),
     ("budget-duplicate-size", _set("budget", {"rho": {"1e3": 1.0, "1000": 2.0}}),
      "budget.rho.1000", "'1000'"),
+    # review rev66w: refused at parse time (it was refused only later, by tabdp.Budget)
+    ("budget-decreasing", _set("budget", {"rho": {"1e3": 2.0, "1e7": 1.0}}), "budget.rho.1e7",
+     "falls with the size"),
     # randomness
     ("seed-negative", _set("randomness", {"seed": -1}), "randomness.seed", "-1"),
     ("seed-bool", _set("randomness", {"seed": True}), "randomness.seed", "True"),
