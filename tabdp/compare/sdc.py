@@ -151,6 +151,19 @@ class SdcOptions:
                 "linked": self.linked, "rules": self.rules()}
 
 
+#: The integer options: what each must be and what is allowed (review rev66w: every one of
+#: them was answered "Allowed: e.g. p=10", and p's and freq's "none" was not mentioned).
+_INT_OPTIONS: dict[str, tuple[str, str]] = {
+    "p": ("an integer from 1 to 100, or none", "1 to 100 or none, e.g. p=10"),
+    "freq": ("a positive integer (the minimum number of contributors), or none",
+             "1 or more or none, e.g. freq=3"),
+    "base": ("a positive integer (the rounding base of secondary=RND)",
+             "1 or more, e.g. base=1000"),
+    "time": ("a positive integer (the solver's time limit in minutes)",
+             "1 or more, e.g. time=10"),
+}
+
+
 def _bad(text: str, got: str, allowed: str) -> InvalidParameterError:
     return InvalidParameterError(
         f"--sdc: {text}; got {got!r}. Allowed: {allowed}.\nHint: write the options as "
@@ -215,13 +228,13 @@ def parse_sdc(text: str | None) -> SdcOptions:
         elif val.lower() == "none" and key in ("p", "freq"):
             values[key] = None
         else:
+            what, allowed = _INT_OPTIONS[key]
             try:
                 n = int(val)
             except ValueError:
-                raise _bad(f"{key} must be a positive integer", val, "e.g. p=10") from None
+                raise _bad(f"{key} must be {what}", val, allowed) from None
             if n < 1 or (key == "p" and n > 100):
-                raise _bad(f"{key} must be a positive integer" + (" <= 100" if key == "p"
-                                                                   else ""), val, "e.g. p=10")
+                raise _bad(f"{key} must be {what}", val, allowed)
             values[key] = n
     opts = SdcOptions(**values)
     if opts.p is None and opts.nk is None and opts.freq is None:

@@ -645,7 +645,8 @@ class RootTransform(TransformationMechanism):
         sigma = check_real("sigma", sigma, owner=owner, gt=0.0,
                            hint="sigma is the noise standard deviation on the root scale")
         offset = check_real("offset", offset, owner=owner, ge=0.0,
-                            hint="the offset a must be >= 0; a = 0 is the usual choice")
+                            hint="offset (a in the paper) must be >= 0; offset = 0.0 is the "
+                                 "usual choice")
         estimator = _check_estimator(estimator, owner)
         self._kint: int | None = int(self.k) if self.k.is_integer() else None
         if estimator == "mean" and self._kint is None:
@@ -810,7 +811,8 @@ class LogTransform(TransformationMechanism):
         sigma = check_real("sigma", sigma, owner=owner, gt=0.0,
                            hint="sigma is the noise standard deviation on the log scale")
         offset = check_real("offset", offset, owner=owner, gt=0.0,
-                            hint="ln needs q + a > 0 for empty cells; a = 1 is the usual choice")
+                            hint="ln(total + offset) needs offset > 0 for empty cells (offset "
+                                 "is a in the paper); e.g. offset = 1.0")
         estimator = _check_estimator(estimator, owner)
         super().__init__(sigma, offset, estimator)
 

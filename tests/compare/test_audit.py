@@ -84,11 +84,30 @@ def test_parse_sdc() -> None:
     assert o.rules() == "P(10,1)|NK(2,85)" and o.suppress() == "OPT(1,10)"
     assert parse_sdc(None).secondary == "MOD"
     assert parse_sdc("secondary=rnd; base=100").suppress(100) == "RND(1,100,0,10,0,2)"
-    for bad, what in [("p=0", "positive"), ("nk=2", "nk must be"), ("secondary=GH", "GH"),
+    for bad, what in [("p=0", "from 1 to 100"), ("nk=2", "nk must be"), ("secondary=GH", "GH"),
                       ("x=1", "unknown option"), ("p=none", "no primary rule"),
                       ("p10", "key=value")]:
         with pytest.raises(InvalidParameterError, match=what):
             parse_sdc(bad)
+
+
+@pytest.mark.parametrize(("bad", "allowed"), [
+    ("p=200", "Allowed: 1 to 100 or none, e.g. p=10."),
+    ("p=x", "Allowed: 1 to 100 or none, e.g. p=10."),
+    ("freq=0", "Allowed: 1 or more or none, e.g. freq=3."),
+    ("secondary=RND; base=0", "Allowed: 1 or more, e.g. base=1000."),
+    ("time=-3", "Allowed: 1 or more, e.g. time=10."),
+])
+def test_parse_sdc_states_each_options_own_range(bad: str, allowed: str) -> None:
+    # review rev66w: base, time and freq were answered "Allowed: e.g. p=10", and p's and
+    # freq's "none" was not among what is allowed
+    key = bad.split(";")[-1].split("=")[0].strip()
+    with pytest.raises(InvalidParameterError) as err:
+        parse_sdc(bad)
+    assert allowed in str(err.value), str(err.value)
+    assert f"--sdc: {key} must be " in str(err.value)
+    if key != "p":
+        assert "p=10." not in str(err.value).split("\nHint")[0]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

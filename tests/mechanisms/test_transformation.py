@@ -573,3 +573,20 @@ def test_bad_values(m):
         m.release_table([1.0], rng=0, level=1.0)
     with pytest.raises(InvalidParameterError, match="level"):
         m.moe_at([1.0], level=0.0)
+
+
+@pytest.mark.parametrize(("make", "fix"), [
+    (lambda: LogTransform(sigma=0.5, offset=0.0), "e.g. offset = 1.0"),
+    (lambda: RootTransform(k=2, sigma=0.5, offset=-1.0), "offset = 0.0 is the usual choice"),
+])
+def test_offset_refusal_names_the_parameter_to_set(make, fix) -> None:
+    """The offset refusals name ``offset``, the parameter and spec key to set.
+
+    Review rev66w: the hints said "a = 1 is the usual choice" (the paper's name), and
+    ``a = 1`` in a spec is an unknown key.
+    """
+    with pytest.raises(InvalidParameterError) as err:
+        make()
+    hint = str(err.value).split("Hint:", 1)[1]
+    assert fix in hint, str(err.value)
+    assert "a = " not in hint, str(err.value)

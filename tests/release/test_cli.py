@@ -188,6 +188,19 @@ def test_validate_reports_the_key_path(tmp_path: Path) -> None:
     assert "tables[0].mechanism" in err
 
 
+def test_validate_refuses_a_falling_budget_curve_before_saying_valid(
+        tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    # review rev66w: the curve was checked only when the budget was built, after validate had
+    # printed "valid" (then exit 2 with "Budget: limits must not decrease", no key path)
+    spec = write_spec(tmp_path, datasets[0], tmp_path / "out",
+                      budget='[budget]\nrho = { "1e3" = 2.0, "1e7" = 1.0 }')
+    code, out, err = run("validate", str(spec))
+    assert code == 2, (out, err)
+    assert "valid" not in out, out
+    assert "budget.rho.1e7: the budget curve falls with the size" in err, err
+    assert "1 at size '1e7' is below 2 at the smaller size '1e3'" in err, err
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run("frobnicate")[0] == 2
     assert run("validate")[0] == 2

@@ -104,6 +104,14 @@ def test_ledger_spec_refusals(tmp_path):
     p.write_text(p.read_text().replace('unit = "estab"\n', ""))
     with pytest.raises(SpecError, match="needs input.unit"):
         load_spec(p)
+    # review rev66w: a lifetime budget curve that falls with the size is refused with its key
+    # path when the spec is read (it was refused only when the ledger's Budget was built)
+    p = _spec(tmp_path, 2022, ledger="ledger2", init=False)
+    p.write_text(p.read_text().replace(f"lifetime_budget = {LIFETIME}",
+                                       'lifetime_budget = { "1e3" = 2.0, "1e7" = 1.0 }'))
+    with pytest.raises(SpecError, match=r"ledger\.lifetime_budget\.1e7: the lifetime budget "
+                                        "curve falls with the size"):
+        load_spec(p)
 
 
 def test_cli_run_refused_before_data_when_ledger_busy_or_tampered(tmp_path):

@@ -465,6 +465,9 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
      "-1"),
     ("budget-duplicate-size", _set("budget", {"rho": {"1e3": 1.0, "1000": 2.0}}),
      "budget.rho.1000", "'1000'"),
+    # review rev66w: refused at parse time (it was refused only later, by tabdp.Budget)
+    ("budget-decreasing", _set("budget", {"rho": {"1e3": 2.0, "1e7": 1.0}}), "budget.rho.1e7",
+     "falls with the size"),
     # randomness
     ("seed-negative", _set("randomness", {"seed": -1}), "randomness.seed", "-1"),
     ("seed-bool", _set("randomness", {"seed": True}), "randomness.seed", "True"),
@@ -925,3 +928,24 @@ def test_family_aliases_are_accepted_and_written_canonical(meta: Path) -> None:
     pay = load_spec(path).tables[0]
     assert pay.raw_mechanism == {"family": "symmetric_stable", "alpha": 1.5, "gamma": 2.0}
     assert pay.mechanism.to_dict()["family"] == "symmetric_stable"
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Ab", "ab"),                # letter case: checked since review r30
+    ("σ", "ς"),                  # review rev66w: final sigma; NTFS and APFS upper-case both to Σ
+    ("\u00e9", "e\u0301"),       # review rev66w: é composed and decomposed (APFS ignores it)
+])
+def test_output_files_that_one_file_system_would_merge_are_refused(meta: Path, a: str,
+                                                                   b: str) -> None:
+    """Two rollups whose file names differ only as a case-insensitive file system ignores.
+
+    On macOS (APFS, case- and normalization-insensitive) and Windows the two names are one
+    file, so one output would replace the other; the check compared ``str.lower`` only.
+    """
+    data = _base()
+    data["domains"] = {a: ["x"], b: ["y"]}
+    data["tables"] = [{"name": "t", "kind": "count", "by": [a, b],
+                       "rollups": [{"by": [a]}, {"by": [b]}]}]
+    with pytest.raises(SpecError, match="two outputs would both be written") as info:
+        parse_spec(data, meta)
+    assert info.value.path == "tables[0].rollups", str(info.value)

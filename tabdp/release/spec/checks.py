@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,22 @@ def _refuse_internal(path: str, what: str, col: str, example: str) -> None:
               f"rename the column in the data and the spec (e.g. {example!r}).")
 
 
+def _file_name_key(name: str) -> str:
+    """A file name as a case- and normalization-insensitive file system compares it (or more).
+
+    Canonical caseless matching (NFD, case folding, NFD again): two names with the same key
+    can be one file on macOS (APFS: case- and normalization-insensitive) or Windows. It may
+    merge a few names that a file system keeps apart (``ß`` and ``ss``): refused, not lost.
+
+    Example:
+        >>> _file_name_key("t__\u00c9.parquet") == _file_name_key("t__e\u0301.parquet")
+        True
+        >>> _file_name_key("t__σ.parquet") == _file_name_key("t__ς.parquet")
+        True
+    """
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+
+
 def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
                   ) -> None:
     """Cross-field checks that need a parsed table: names, grids, budgets, output files."""
@@ -283,15 +300,20 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
             if r.direct and not t.consistent:
                 names.append(f"{t.name}__{r.label}_direct.parquet")
         for j, name in enumerate(names):
-            # in any letter case: on a case-insensitive file system (macOS, Windows) the two
-            # would be one file (review r30)
-            if name.lower() in files:
+            # in any letter case and Unicode normalization: on a case-insensitive file system
+            # (macOS, Windows) the two would be one file (review r30); APFS also ignores the
+            # normalization (é composed or decomposed) and NTFS upper-cases σ and ς alike, which
+            # str.lower did not see (review rev66w)
+            key = _file_name_key(name)
+            if key in files:
                 _fail(f"{tp}.rollups", f"two outputs would both be written to {name!r} "
-                                       f"({files[name.lower()]} and this table's output #{j}; "
-                                       "file names are compared in any letter case).",
+                                       f"({files[key]} and this table's output #{j}; file names "
+                                       "are compared in any letter case and Unicode "
+                                       "normalization, as case-insensitive file systems "
+                                       "compare them).",
                       "rollup file names join the rollup columns with '_': choose rollups "
-                      "whose names differ in more than letter case.")
-            files[name.lower()] = tp
+                      "whose names differ in more than letter case or accents' encoding.")
+            files[key] = tp
 
 
 def _check_report_names(tables: Sequence[TableSpec], inp: InputSpec,

@@ -232,8 +232,14 @@ def _size_key(key: str, path: str, *, what: str, hint: str) -> float:
     return x
 
 
-def _size_curve(value: Any, path: str, *, what: str, hint: str) -> dict[float, float]:
-    """A non-empty table ``{"size" = value > 0}`` with distinct sizes."""
+def _size_curve(value: Any, path: str, *, what: str, hint: str,
+                nondecreasing: bool = False) -> dict[float, float]:
+    """A non-empty table ``{"size" = value > 0}`` with distinct sizes.
+
+    With ``nondecreasing`` (a budget curve: `tabdp.Budget` refuses a limit that falls with the
+    size), a value below the one at a smaller size is refused here, with its key path, so that
+    ``tabdp validate`` does not call such a spec valid.
+    """
     if not isinstance(value, Mapping) or not value:
         _fail(path, f"{what} must be a non-empty table {{\"size\" = value}}; got {_show(value)} "
                     f"({_tname(value)}).", hint)
@@ -245,6 +251,17 @@ def _size_curve(value: Any, path: str, *, what: str, hint: str) -> dict[float, f
             _fail(kp, f"size {key!r} = {size:g} is given twice in {what}.",
                   "keep one entry per size.")
         out[size] = _number(item, kp, what=f"the value at size {key!r}", gt=0.0, hint=hint)
+    if nondecreasing:
+        keys = {float(k): str(k) for k in value}
+        pts = sorted(out.items())
+        for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+            if r1 < r0:
+                _fail(_join(path, keys[s1]),
+                      f"{what} falls with the size: {r1:g} at size {keys[s1]!r} is below "
+                      f"{r0:g} at the smaller size {keys[s0]!r} (a larger unit may not get a "
+                      "smaller budget).",
+                      'give larger sizes larger (or equal) limits, e.g. '
+                      '{ "1e3" = 0.5, "1e7" = 10.0 }.')
     return out
 
 

@@ -555,7 +555,7 @@ def _parse_budget(raw: Any) -> BudgetSpec:
             "or of any measure left out by the budget), or remove it for no limit.")
     if isinstance(value, Mapping):
         return BudgetSpec(rho=_size_curve(value, "budget.rho", what="the budget curve",
-                                          hint=hint), max_left_out=max_left_out)
+                                          hint=hint, nondecreasing=True), max_left_out=max_left_out)
     return BudgetSpec(rho=_number(value, "budget.rho", what="the budget rho", gt=0.0, hint=hint),
                       max_left_out=max_left_out)
 
@@ -591,7 +591,7 @@ def _parse_ledger(raw: Any, base: Path, output: OutputSpec, inp: InputSpec) -> L
     budget: float | dict[float, float]
     if isinstance(value, Mapping):
         budget = _size_curve(value, "ledger.lifetime_budget", what="the lifetime budget curve",
-                             hint=hint)
+                             hint=hint, nondecreasing=True)
     else:
         budget = _number(value, "ledger.lifetime_budget", what="the lifetime budget", gt=0.0,
                          hint=hint)
