@@ -85,6 +85,23 @@ _FAMILIES: dict[tuple[str, str], Family] = {}
 _LOOKUP: dict[tuple[str, str], str] = {}
 
 
+def _same_class(a: type, b: type) -> bool:
+    """Whether ``b`` is ``a`` or the same class defined again by re-running its module.
+
+    A module run a second time (pytest's ``--import-mode=importlib`` collecting a module's
+    doctests after the package imported it) defines its classes anew under the same module
+    and name; registering them again replaces the family instead of refusing it.
+
+    Example:
+        >>> class A:
+        ...     pass
+        >>> B = type("A", (), {"__module__": A.__module__, "__qualname__": A.__qualname__})
+        >>> _same_class(A, A), _same_class(A, B), _same_class(A, int)
+        (True, True, False)
+    """
+    return a is b or (a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__)
+
+
 def register(name: str, kind: Kind, cls: type, *, aliases: Iterable[str] = (),
              tags: Iterable[str] = (), rank: int = 1000) -> Family:
     """Register a family under its canonical name and aliases (once per name and kind).
@@ -115,7 +132,7 @@ def register(name: str, kind: Kind, cls: type, *, aliases: Iterable[str] = (),
     fam = Family(name, kind, cls, tuple(aliases), frozenset(tags), rank)
     for key in (name, *fam.aliases):
         taken = _LOOKUP.get((kind, key))
-        if taken is not None and _FAMILIES[(kind, taken)].cls is not cls:
+        if taken is not None and not _same_class(_FAMILIES[(kind, taken)].cls, cls):
             raise InvalidParameterError(
                 f"registry: the {kind} name {key!r} is already registered by "
                 f"{_FAMILIES[(kind, taken)].cls.__name__}; got it again for {cls.__name__}.\n"

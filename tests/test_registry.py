@@ -65,3 +65,29 @@ def test_unknown_and_conflicting_names() -> None:
     with pytest.raises(InvalidParameterError, match="already registered by LogTransform"):
         registry.register("log_transform", "mechanism", Other)
     assert registry.canonical("log_transform") == "log"
+
+
+def test_a_module_run_again_registers_its_classes_again() -> None:
+    """A module run again (pytest's importlib mode) registers its classes again (stop 66).
+
+    Before, ``pytest --doctest-modules tabdp/mechanisms/transformation.py`` stopped at
+    collection: the second run's ``RootTransform`` was refused as another class under 'root'.
+    """
+    import importlib.util
+
+    from tabdp.mechanisms import transformation
+
+    before = registry.get("root").cls
+    saved = dict(registry._FAMILIES), dict(registry._LOOKUP)
+    spec = importlib.util.spec_from_file_location(transformation.__name__,
+                                                  transformation.__file__)
+    assert spec is not None and spec.loader is not None
+    again = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(again)  # the same classes, defined anew
+        assert registry.get("root").cls is again.RootTransform is not before
+    finally:
+        for table, old in zip((registry._FAMILIES, registry._LOOKUP), saved, strict=True):
+            table.clear()
+            table.update(old)  # type: ignore[arg-type]
+    assert registry.get("root").cls is before

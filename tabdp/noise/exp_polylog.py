@@ -348,7 +348,8 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
         amin = math.exp(self.p - 1.0) if self.p - 1.0 < _LOG_DBL_MAX else math.inf
         self.a = check_real("a", a, owner=owner, ge=amin,
                             hint=f"the exponent is convex (and the privacy loss formula valid) "
-                                 f"only for a >= e^(p-1) = {amin:.12g}; use a = 1 for p = 1")
+                                 f"only for a >= e^(p-1) = {amin:.12g}: set a to at least that "
+                                 f"(a = 1 when p = 1)")
         if self.p > 1.0 and self.a <= 1.0:
             raise InvalidParameterError(
                 f"{owner}: for p > 1 the offset a must be > 1 (so ln a > 0); got a={a!r}.")

@@ -361,8 +361,9 @@ def test_exp_polylog_validation_and_params():
         ExpPolyLog(sigma=1.0, a=1.0, d=1.0)            # p = 1 needs d > 1
     with pytest.raises(InvalidParameterError, match="d must be"):
         ExpPolyLog(sigma=1.0, a=3.0, d=0.0, p=2.0)     # p > 1 needs d > 0
-    with pytest.raises(InvalidParameterError, match="a must be"):
+    with pytest.raises(InvalidParameterError, match="a must be") as err:
         ExpPolyLog(sigma=1.0, a=2.5, d=1.0, p=2.0)     # a >= e^(p-1) = e
+    assert "use a = 1" not in str(err.value) and "at least that" in str(err.value)  # p = 2
     with pytest.raises(InvalidParameterError, match="a must be"):
         ExpPolyLog(sigma=1.0, a=1.2, d=1.0, p=3.0)
     with pytest.raises(InvalidParameterError, match="a must be"):
