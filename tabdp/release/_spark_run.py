@@ -195,7 +195,7 @@ def check_table_columns(spark: Any, table: str) -> None:
     Under ``spark.sql.caseSensitive=false`` (Spark's default), names equal in letter case as
     Spark compares them, or holding a code point this Python's Unicode database does not know,
     cannot be read apart (`refuse_case_clashes`). A catalog table's names come from the
-    catalog (``spark.table`` runs no job, opens no data file): `tabdp.frame.backends.SparkRun`
+    catalog (``spark.table`` runs no job and reads no row): `tabdp.frame.backends.run.SparkRun`
     calls this with the check that the table exists, before the data phase, so such a table is
     a spec/usage error (exit 2, nothing read or written), like a missing one. Until stop 66 it
     was refused in the data phase: exit 4, "the run stopped after reading the confidential
