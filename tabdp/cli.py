@@ -537,6 +537,16 @@ def _refuse_under_author_only(args: argparse.Namespace, tool: str, why: str) -> 
                         "without that configuration (TABDP_CURATOR unset).")
 
 
+#: How ``tabdp ledger verify`` and ``accept-restore`` qualify the chain head they print.
+HEAD_CONFIDENTIAL = "CONFIDENTIAL: keep it in your records, never publish it"
+#: The last line of ``tabdp ledger show``: its counts and hashes are the curator's.
+SHOW_CONFIDENTIAL = (
+    "CONFIDENTIAL (the curator's): the units charged and in the ledger are exact counts of "
+    "the records, and the entry hashes and chain head hash the ledger's confidential files; "
+    "never publish this listing (the releases' names and curves are public in their "
+    "summary.json).")
+
+
 def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``tabdp ledger verify|show|init|accept-restore PATH``: exit 0 only for an intact ledger.
 
@@ -549,6 +559,9 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     an accepted restore) are the curator's: written to ``err`` as ``warning:`` lines. They are
     this verification's own notices (`verify_ledger`'s ``_notes``), never warnings recorded
     while it ran: recording is process-wide and would print another thread's as the ledger's.
+    What it prints is the curator's: ``show`` ends with `SHOW_CONFIDENTIAL` (its units
+    charged and in the ledger are exact counts of the records), and the chain head that
+    ``verify`` and ``accept-restore`` print is marked `HEAD_CONFIDENTIAL`.
     """
     from tabdp.privacy.lifetime import Ledger, iter_show, verify_ledger
 
@@ -576,12 +589,14 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.ledger_command == "show":
         for line in iter_show(entries):
             out.write(line + "\n")
+        # the counts are exact statistics of the records, the hashes hash confidential files
+        out.write(SHOW_CONFIDENTIAL + "\n")
     if accept:
         changed = bool(notes)
         out.write(f"ledger {args.path}: " + ("restore accepted: its anchor now records "
                                              if changed else "its anchor already recorded ")
                   + f"{len(entries) - 1} release(s) of series {entries[0]['series']!r} "
-                  f"(chain head {entries[-1]['hash']})\n")
+                  f"(chain head {entries[-1]['hash']}; {HEAD_CONFIDENTIAL})\n")
         return EXIT_OK
     # a warning: the anchor was missing (no release yet) and written now, never "matched"
     anchored = ("its anchor was written now (see the warning)" if notes
@@ -589,8 +604,8 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     summed = ("its state is the sum of its history" if recompute else
               "bytes only: the state was not recomputed from the history")
     out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "
-              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; {anchored}; "
-              f"{summed})\n")
+              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']} "
+              f"({HEAD_CONFIDENTIAL}); {anchored}; {summed})\n")
     return EXIT_OK
 
 

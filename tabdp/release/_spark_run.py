@@ -189,32 +189,64 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
     _refuse_case_clashes(spark, list(sdf.columns))
 
 
-def _refuse_case_clashes(spark: Any, columns: list[str]) -> None:
-    """`refuse_case_clashes` of a list of column names."""
+def check_table_columns(spark: Any, table: str) -> None:
+    """Curator mode: refuse a catalog table's column names from the catalog (no data read).
+
+    Under ``spark.sql.caseSensitive=false`` (Spark's default), names equal in letter case as
+    Spark compares them, or holding a code point this Python's Unicode database does not know,
+    cannot be read apart (`refuse_case_clashes`). A catalog table's names come from the
+    catalog (``spark.table`` runs no job and reads no row): `tabdp.frame.backends.run.SparkRun`
+    calls this with the check that the table exists, before the data phase, so such a table is
+    a spec/usage error (exit 2, nothing read or written), like a missing one. Until stop 66 it
+    was refused in the data phase: exit 4, "the run stopped after reading the confidential
+    data", with a ``failure.json`` saying "Nothing was read". Author mode keeps that generic
+    failure (the table's columns are the curator's); files keep the data phase's refusal
+    (their schema is read with the data).
+
+    Args:
+        spark: The SparkSession.
+        table: ``input.table``.
+
+    Raises:
+        SpecError: Such column names.
+    """
+    _refuse_case_clashes(spark, list(spark.table(table).columns), table=table)
+
+
+def _refuse_case_clashes(spark: Any, columns: list[str], table: str | None = None) -> None:
+    """`refuse_case_clashes` of a list of column names.
+
+    ``table``: a catalog table's, from the catalog before the data phase (`check_table_columns`:
+    "Nothing was read or written"); ``None``: the input's, in the data phase (no row read).
+    """
     import unicodedata
 
     from tabdp.frame.backends.spark import case_clashes, unknown_letters
 
     if str(spark.conf.get(_CASE, "false")).lower() == "true":
         return
+    # the data phase has opened the input (its schema), never a row
+    read = "No row was read." if table is None else "Nothing was read or written."
+    where, key = ("the input", "input") if table is None else \
+        (f"the Spark catalog's table {table!r}", "input.table")
     unknown = unknown_letters(columns)
     if unknown:
         raise SpecError(
-            "input", f"the input has column(s) {unknown} holding characters this Python's "
+            key, f"{where} has column(s) {unknown} holding characters this Python's "
             f"Unicode database (version {unicodedata.unidata_version}) does not know; the "
             "Spark session resolves column names without regard to case "
             "(spark.sql.caseSensitive=false, Spark's default), and whether its JVM takes such "
-            "a name for another cannot be checked. Nothing was read.\nHint: rename those "
+            f"a name for another cannot be checked. {read}\nHint: rename those "
             "columns in the data, or run with the Polars engine (case sensitive).")
     # (in any letter case as Spark compares names: `fold_case`; `ıd` and `Id`, `X_Σ` and
     # `x_ς` are one name to Spark, two to Python's str.lower; stop 65)
     clash = case_clashes(columns)
     if clash:
         raise SpecError(
-            "input", f"the input has columns whose names differ only in letter case ({clash}); "
+            key, f"{where} has columns whose names differ only in letter case ({clash}); "
             "the Spark session resolves column names without regard to case "
             "(spark.sql.caseSensitive=false, Spark's default) and cannot read them apart. "
-            "Nothing was read.\nHint: rename or drop all but one of each group in the data, or "
+            f"{read}\nHint: rename or drop all but one of each group in the data, or "
             "run with the Polars engine (case sensitive).")
 
 

@@ -263,7 +263,12 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                      summary: dict[str, Any]) -> ReleaseResult:
     """`run_release` once its ledger (or ``None``) is open: the schema, then the data."""
     _check_schema_first(spec, ledger)
-    eng.open(spec.input.table)  # Spark: started (its log kept privately), the table checked
+    # Spark: started (its log kept privately), the table checked; in curator mode its column
+    # names too, from the catalog (author mode: the curator's, refused in the data phase)
+    from tabdp.release._spark_run import check_table_columns
+
+    eng.open(spec.input.table,
+             check_table_columns if spec.input.mode == "curator" else None)
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
     releases = None if ledger is None else ledger.releases

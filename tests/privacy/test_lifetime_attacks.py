@@ -653,3 +653,27 @@ def test_sessions_sharing_a_ledger_in_two_threads_take_turns(tmp_path, monkeypat
     assert led.state()["rho"].to_list() == [0.5, 0.5, 0.5]  # the second left every unit out
     assert sessions[1].report().per_record.height == 0  # nobody charged by the second
     led.close()
+
+
+def test_ledger_show_and_verify_mark_what_they_print_confidential(tmp_path):
+    """`tabdp ledger show` prints exact counts of units (review rev66a): say they are secret.
+
+    Its lines give, per release, the units charged and in the ledger (exact statistics of the
+    records, no noise) and hashes of the confidential files; `verify` and `accept-restore`
+    print the chain head. Nothing said so: a curator asked to check `ledger show` against
+    their records could paste it into a review. Each now says CONFIDENTIAL.
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=5.0, create=True) as led:
+        _count(BASE, tabdp.Session(unit="id", seed=1, ledger=led))
+    out = io.StringIO()
+    assert cli_main(["ledger", "show", str(path)], stdout=out, stderr=io.StringIO()) == 0
+    lines = out.getvalue().splitlines()
+    assert "units charged=3" in lines[1]
+    assert lines[2].startswith("CONFIDENTIAL (the curator's): the units charged and in the "
+                               "ledger are exact counts of the records")
+    for command in ("verify", "accept-restore"):
+        out = io.StringIO()
+        assert cli_main(["ledger", command, str(path)], stdout=out, stderr=io.StringIO()) == 0
+        assert "chain head" in out.getvalue()
+        assert "CONFIDENTIAL: keep it in your records, never publish it" in out.getvalue()

@@ -382,3 +382,34 @@ def test_a_hive_folder_equal_in_letter_case_to_a_column_is_refused_with_the_caus
     failure = _conf_json_named(tmp_path / "out" / "confidential", "failure.json")
     assert failure["error"] == "SpecError", failure
     assert "differ only in letter case ([['Year', 'year']])" in failure["message"]
+
+
+@pytest.mark.spark
+def test_a_catalog_table_with_an_unknown_letter_is_refused_before_the_data(
+        spark: Any, tmp_path: Path) -> None:
+    """A catalog table with a column name this Python's Unicode does not know (stop 66).
+
+    Its columns come from the catalog, no data file read; the run stopped in the data phase
+    (exit 4, "the run stopped after reading the confidential data") while its failure.json
+    said "Nothing was read". Now a spec/usage error before the data phase (exit 2), like a
+    missing table; a file input keeps the data phase's refusal, which says no row was read.
+    """
+    odd = "a" + chr(0x378)
+    data = generate_establishments(20, seed=3).with_columns(pl.lit(1).alias(odd))
+    data.write_parquet(tmp_path / "data.parquet")
+    spark.read.parquet(str(tmp_path / "data.parquet")).createOrReplaceTempView("s66_odd")
+    try:
+        spec = _spec(tmp_path, source='table = "s66_odd"', unit="", tables=ROW_TABLES)
+        code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+        assert code == 2, err
+        assert "does not know" in err and "Nothing was read or written" in err
+        assert "data-dependent" not in err and not (tmp_path / "out").exists()
+    finally:
+        spark.catalog.dropTempView("s66_odd")
+    spec = _spec(tmp_path, source='path = "data.parquet"', unit="", tables=ROW_TABLES)
+    code, _, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+    assert code == 4 and "data-dependent failure" in err
+    failure = _conf_json_named(tmp_path / "out" / "confidential", "failure.json")
+    assert failure["error"] == "SpecError" and "does not know" in failure["message"]
+    assert "No row was read." in failure["message"] and "Nothing was read" not in \
+        failure["message"]

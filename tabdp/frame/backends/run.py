@@ -102,8 +102,13 @@ class RunEngine(Protocol):
         """Data-free, before anything else: refuse an input the engine cannot read."""
         ...  # pragma: no cover - protocol
 
-    def open(self, table: str | None) -> None:
-        """Start the engine (before any data); check the catalog table ``table`` exists."""
+    def open(self, table: str | None,
+             table_check: Callable[[Any, str], None] | None = None) -> None:
+        """Start the engine (before any data); check the catalog table ``table`` exists.
+
+        ``table_check``: also called with the engine's session and ``table`` once it exists
+        (the run's checks of the table from the catalog, before any data).
+        """
         ...  # pragma: no cover - protocol
 
     def before_data(self, check: Callable[[], None]) -> None:
@@ -163,8 +168,9 @@ class PolarsRun:
                 "--engine spark (run_release(..., engine='spark')), or set input.path to "
                 "Parquet files.")
 
-    def open(self, table: str | None) -> None:
-        """Nothing to start."""
+    def open(self, table: str | None,
+             table_check: Callable[[Any, str], None] | None = None) -> None:
+        """Nothing to start (a catalog table is refused by `check_source`)."""
 
     def before_data(self, check: Callable[[], None]) -> None:
         """Polars reads the input's schema from the files' footers: ``check`` runs now."""
@@ -213,7 +219,8 @@ class SparkRun:
     def check_source(self, table: str | None) -> None:
         """Spark reads files and catalog tables (the table is checked by `open`)."""
 
-    def open(self, table: str | None) -> None:
+    def open(self, table: str | None,
+             table_check: Callable[[Any, str], None] | None = None) -> None:
         """Start Spark (unless a session was given) and check the catalog table exists.
 
         The JVM's start-up and log lines (times, host, IP) are the curator's: they go to a
@@ -221,10 +228,13 @@ class SparkRun:
 
         Args:
             table: The spec's ``input.table`` (``None``: files).
+            table_check: Called with the session and ``table`` once the table is found
+                (the run's checks from the catalog: curator mode's column names,
+                `tabdp.release._spark_run.check_table_columns`).
 
         Raises:
             UnsupportedBackendError: Spark could not start.
-            SpecError: The catalog has no table ``table``.
+            SpecError: The catalog has no table ``table`` (or ``table_check``'s).
         """
         if self._spark is None:
             fd, name = tempfile.mkstemp(prefix="tabdp-spark-", suffix=".log")
@@ -235,6 +245,8 @@ class SparkRun:
                 self._spark, self._owned = start_spark(self._master, log=self._log)
             if table is not None:
                 check_table(self._spark, table)
+                if table_check is not None:
+                    table_check(self._spark, table)
         except BaseException:
             if self._owned is not None:
                 self._owned.stop()
