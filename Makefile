@@ -64,6 +64,13 @@ test: $(STAMP)
 # around 5 min. 2026-12-04 11:07, load 1-3: 5,200 tests in 5 min 15 s (522 s of CPU); then 9
 # more cases to CI (the demo's whole release, the costlier large-scale law shapes, an import
 # graph, two fresh interpreters and a CLI run): 5,191 tests in 4 min 40 s (514 s of CPU).
+# End of stop 65 (2026-12-07), quiet: 6,400 tests in 4 min 43 s. Stop 66, the same day, the
+# machine shared (load 14-19, then 20-29: the wall times say nothing): before, 6,413 tests
+# (6,400 passed) in 23 min 36 s, 558 s of CPU; after, 6,410 (6,397 passed) in 22 min 47 s,
+# 522 s of CPU (-6%, under the heavier load). Cut: a Spark test without the `spark` mark (a
+# JVM in this loop; conftest now marks every user of the `spark` fixture), three fresh
+# processes of the figure cache's rc checks, a batch-size run, a buffered closed-stdout run,
+# a stable grid, and the first (never killed) run of three kill tests, now in-process.
 test-fast: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 

@@ -752,3 +752,15 @@ def test_the_runner_and_the_spec_are_split_by_stage() -> None:
     functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
     assert functions == ["_check_input_first", "_check_schema_first", "_run_with_ledger",
                          "run_release"], functions
+
+
+def test_every_test_that_starts_spark_is_marked_spark(request: pytest.FixtureRequest) -> None:
+    """A collected test asking for the ``spark`` fixture carries the ``spark`` mark.
+
+    ``-m "not spark"`` (the local loop, ``make test-fast``) must deselect it: one such test
+    without the mark started a JVM in the loop (tests/conftest.py now marks them all).
+    """
+    unmarked = [item.nodeid for item in request.session.items
+                if "spark" in getattr(item, "fixturenames", ())
+                and item.get_closest_marker("spark") is None]
+    assert not unmarked, f"tests using the spark fixture without the spark mark: {unmarked}"

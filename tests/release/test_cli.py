@@ -1515,7 +1515,32 @@ mechanism = {{ family = "log", sigma = 0.3, offset = 1000.0 }}
 """
 
 
-def test_a_row_mode_run_is_the_same_at_any_batch_size(tmp_path: Path) -> None:
+def _batch_run(folder: Path, rows: str) -> Path:
+    """A seeded row-mode run of BATCHES_SPEC in a fresh process with ``rows`` batch rows."""
+    out = folder / f"out{rows or 'default'}"
+    spec = folder / f"spec{rows}.toml"
+    spec.write_text(BATCHES_SPEC.format(hierarchies=hierarchies(), out=out.as_posix()),
+                    encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_IDEAL_MORSEL_SIZE"}
+    if rows:
+        env["POLARS_IDEAL_MORSEL_SIZE"] = rows
+    done = subprocess.run([sys.executable, "-m", "tabdp.cli", "run", str(spec), "--quiet",
+                           "--test-seed"], env=env, cwd=folder, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def batch_base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The data (3,000 rows) and the run with the program's batch rows (one per module)."""
+    folder = tmp_path_factory.mktemp("batches")
+    generate_establishments(3000, seed=21).write_parquet(folder / "data.parquet")
+    return folder, _batch_run(folder, "")
+
+
+@pytest.mark.parametrize("rows", ["211", "1000"])
+def test_a_row_mode_run_is_the_same_at_any_batch_size(batch_base: tuple[Path, Path],
+                                                      rows: str) -> None:
     """The program's batch rows (``smaller_batches``) change no output: tables, report, pages.
 
     Seeded row-mode runs under a budget (one replaying pass over two sets of cells, the later
@@ -1523,34 +1548,19 @@ def test_a_row_mode_run_is_the_same_at_any_batch_size(tmp_path: Path) -> None:
     rows (75,000: two batches of these 3,000 rows), 211 (fourteen) and 1,000 give the same
     bytes in every public table and the same per-record report.
     """
-    generate_establishments(3000, seed=21).write_parquet(tmp_path / "data.parquet")
-    outs = {}
-    for rows in ("", "211", "1000"):
-        out = tmp_path / f"out{rows or 'default'}"
-        spec = tmp_path / f"spec{rows}.toml"
-        spec.write_text(BATCHES_SPEC.format(hierarchies=hierarchies(), out=out.as_posix()),
-                        encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if k != "POLARS_IDEAL_MORSEL_SIZE"}
-        if rows:
-            env["POLARS_IDEAL_MORSEL_SIZE"] = rows
-        done = subprocess.run([sys.executable, "-m", "tabdp.cli", "run", str(spec), "--quiet",
-                               "--test-seed"], env=env, cwd=tmp_path, capture_output=True,
-                              text=True)
-        assert done.returncode == 0, done.stderr
-        outs[rows] = out
-    base = outs[""]
+    folder, base = batch_base
+    got_out = _batch_run(folder, rows)
     tables = sorted(p.name for p in (base / "public").glob("*.parquet"))
     assert len(tables) >= 4
-    for rows in ("211", "1000"):
-        for name in tables:
-            assert (outs[rows] / "public" / name).read_bytes() == (
-                base / "public" / name).read_bytes(), (rows, name)
-        got = pl.read_parquet(outs[rows] / "confidential" / "per_record_losses.parquet")
-        want = pl.read_parquet(base / "confidential" / "per_record_losses.parquet")
-        assert got.height == 3000 and got.equals(want), rows
-        for page in ("public/summary.html", "confidential/confidential_report.html"):
-            assert (outs[rows] / page).read_text(encoding="utf-8") == (
-                base / page).read_text(encoding="utf-8"), (rows, page)
+    for name in tables:
+        assert (got_out / "public" / name).read_bytes() == (
+            base / "public" / name).read_bytes(), (rows, name)
+    got = pl.read_parquet(got_out / "confidential" / "per_record_losses.parquet")
+    want = pl.read_parquet(base / "confidential" / "per_record_losses.parquet")
+    assert got.height == 3000 and got.equals(want), rows
+    for page in ("public/summary.html", "confidential/confidential_report.html"):
+        assert (got_out / page).read_text(encoding="utf-8") == (
+            base / page).read_text(encoding="utf-8"), (rows, page)
 
 
 def test_a_run_holds_no_figure_library_while_it_reads_the_data(

@@ -315,6 +315,7 @@ by = ["c"]
     assert code == 0, err
 
 
+@pytest.mark.spark
 def test_numbered_rows_are_not_recomputed_from_a_changed_input(spark: Any,
                                                                tmp_path: Path) -> None:
     """Review r35: a run's row ids are positions, and every table reads the numbered rows.

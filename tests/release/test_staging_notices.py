@@ -59,13 +59,14 @@ def test_curator_run_after_a_kill_says_what_was_rolled_forward(
     """The kill harness's state (after the commit, before the confidential rename), then run."""
     pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]}).write_parquet(tmp_path / "d.parquet")
     (tmp_path / "s.toml").write_text(one_table_spec('{ family = "gaussian", sigma = 1.0 }'))
-    assert killer(tmp_path, "run", "s.toml", kill_at=0).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("run", "s.toml")  # the first release: in this process (no kill)
+    assert code == 0, err
     killed = killer(tmp_path, "run", "s.toml", "--overwrite", kill_at=4)
     assert killed.returncode == 137, killed.stderr
     out = tmp_path / "out"
     conf = out / "confidential"
     assert not conf.exists() and any(p.name.endswith(COMMITTED) for p in out.iterdir())
-    monkeypatch.chdir(tmp_path)
     code, _, err = run("run", "s.toml", "--quiet")
     # the killed run's release is put in place and said so, then this run stops: its folders
     # now exist (without --overwrite)
@@ -95,12 +96,13 @@ AUTHOR_ARGS = ("run", "s.toml", "--curator", "curator.toml", "--test-seed", "--q
 def test_author_run_after_a_kill_tells_the_author_nothing(
         tmp_path: Path, staging_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     top = server(tmp_path, staging_data)
-    assert killer(tmp_path, *AUTHOR_ARGS, kill_at=0).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*AUTHOR_ARGS)  # the first release: in this process (no kill)
+    assert code == 0, err
     killed = killer(tmp_path, *AUTHOR_ARGS, "--overwrite", kill_at=4)
     assert killed.returncode == 137, killed.stderr
     conf = top / "confidential"
     assert not conf.exists() and any(p.name.endswith(COMMITTED) for p in top.iterdir())
-    monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # author mode: no warning either
         code, out, err = run(*AUTHOR_ARGS)

@@ -303,6 +303,17 @@ def test_cached_public_figures_and_the_confidential_ones_import_no_matplotlib(
     assert first["imported"] == [True, True, True]  # misses: drawn
     second = _child(work, cache)
     assert second == {**first, "imported": [False, False, False]}  # hits: no matplotlib
+
+
+@pytest.mark.slow  # four fresh processes, three of them drawing: CI only. In the local loop,
+# test_every_file_matplotlib_reads_at_import_is_in_the_key (below) checks in-process that the cwd
+# and MPLCONFIGDIR files (and every other one) are in the key, and the test above the hit path
+def test_a_matplotlibrc_change_is_drawn_again_in_a_fresh_process(tmp_path: Path) -> None:
+    """A matplotlibrc where matplotlib would read it at import is another key, in a new process."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    first = _child(work, cache)
+    assert first["imported"] == [True, True, True]  # misses: drawn
     # a matplotlibrc where matplotlib would read it is another key: drawn again, and it differs
     (work / "matplotlibrc").write_text("xtick.major.size: 9.0\n")
     third = _child(work, cache)
