@@ -177,3 +177,46 @@ def test_every_release_warms_the_heap_first(monkeypatch: pytest.MonkeyPatch, kin
     else:
         df.dp.median("x", by="c", keys=keys, bounds=(0, 10), epsilon=1.0, session=s)
     assert calls == ["warm"]
+
+
+#: Prints what `release_freed_memory` returned and the resident memory (MiB) it gave back,
+#: after ``SETUP`` with 200 MiB of 1 MiB blocks freed below a block still held (as a pass
+#: leaves its heaps: free pages between live blocks, which glibc never trims by itself).
+_TRIM = """
+import ctypes
+from tabdp import _alloc
+libc = ctypes.CDLL(None)
+libc.malloc.argtypes = [ctypes.c_size_t]; libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def rss():
+    with open('/proc/self/status') as f:
+        return next(int(x.split()[1]) for x in f if x.startswith('VmRSS:')) >> 10
+SETUP
+blocks = [libc.malloc(1 << 20) for _ in range(200)]
+guard = libc.malloc(4 << 20)  # held above them: the heap's top cannot shrink past it
+for b in blocks:
+    ctypes.memset(b, 1, 1 << 20)
+for b in blocks:
+    libc.free(b)
+kept = rss()
+done = _alloc.release_freed_memory()
+print(done, kept - rss())
+"""
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
+def test_release_freed_memory_returns_what_the_commands_heaps_keep() -> None:
+    """After `keep_freed_memory` freed blocks stay resident until `release_freed_memory`."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+
+    def run(setup: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _TRIM.replace("SETUP", setup)], env=base,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return out[0], int(out[1])
+
+    done, freed = run("_alloc.keep_freed_memory()")
+    assert done == "True" and freed >= 150  # the 200 MiB kept by the heap, given back
+    # a library caller's process (no keep_freed_memory): its allocator is left as it is
+    done, _ = run("")
+    assert done == "False"

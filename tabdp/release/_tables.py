@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from tabdp._alloc import release_freed_memory
 from tabdp.frame import long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
@@ -410,6 +411,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
 
     step += 1
     report(step, steps, "writing outputs")
+    # the releases' pass is over: the free memory the command's heaps kept for its batches
+    # goes back before the report's reads (which allocate from Polars' allocator)
+    release_freed_memory()
     rep = session.report(delta=spec.release.delta)
     per_record: Any = None
     per_record_view: Any = None
@@ -462,7 +466,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                                  rename={ROW_ID: ROW_LABEL})
             per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
             # the file read once for the page's statistics and confidential.json's
-            losses = loss_statistics(per_record_view, summary["budget"], top_n)
+            # (read row group by row group: each decoded once and freed before the next)
+            losses = loss_statistics(conf / "per_record_losses.parquet", summary["budget"],
+                                     top_n)
         else:  # by the engine's writer (Spark's: from the Spark ledger) into staging
             write_report(per_record, conf / "per_record_losses.parquet")
         # after the per-record file: a streaming session computes its loss statistics from it

@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -1424,9 +1425,12 @@ def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> Los
     report is read once for both.
 
     Args:
-        per_record: The per-record frame (Polars, pandas) or a ``pl.LazyFrame`` (e.g. a scan
+        per_record: The per-record frame (Polars, pandas), a ``pl.LazyFrame`` (e.g. a scan
             of ``per_record_losses.parquet``: read batch by batch, memory independent of its
-            number of rows).
+            number of rows) or the path of a Parquet file (such as
+            ``per_record_losses.parquet``): read row group by row group, each decoded once
+            and freed before the next (a ``LazyFrame``'s batches come from Polars' streaming
+            engine, which decodes several row groups ahead of the reader).
         budget: The budget as the page takes it (``summary["budget"]``, a number, or None).
         top_n: Number of most exposed units kept.
 
@@ -1443,6 +1447,11 @@ def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> Los
             f"loss_statistics: top_n must be a whole number >= 0; got {top_n!r}.\nHint: e.g. "
             "top_n=20 (0: no rows of the most exposed units).")
     bud = _budget_object(budget)
+    if isinstance(per_record, (str, os.PathLike)):
+        from tabdp.report._row_groups import row_group_rows
+
+        return _losses_lazy(pl.scan_parquet(os.fspath(per_record)), bud, top_n,
+                            row_group_rows(per_record))
     if isinstance(per_record, pl.LazyFrame):
         return _losses_lazy(per_record, bud, top_n)
     return _losses_eager(_as_polars(per_record), bud, top_n)
@@ -1499,14 +1508,16 @@ def _nan_max(e: pl.Expr) -> pl.Expr:
     return pl.when(~e.is_nan()).then(e).max()
 
 
-def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics:
+def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
+                 groups: list[int] | None = None) -> LossStatistics:
     """`_losses_eager` with streaming queries: memory independent of the number of rows.
 
     Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
     of totals, the histogram's bin counts, the order statistics of the quantiles
-    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
+    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows. ``groups``:
+    the row counts of the row groups of the Parquet file ``lf`` scans (`_batches`).
     """
-    fast = _losses_batched(lf, bud, top_n)
+    fast = _losses_batched(lf, bud, top_n, groups)
     if fast is not None:
         return fast
     cols = lf.collect_schema().names()
@@ -1779,12 +1790,31 @@ class _Shares:
 _SLICE_ROWS = 1_000_000
 
 
-def _batches(lf: pl.LazyFrame) -> Any:
+def _batches(lf: pl.LazyFrame, groups: list[int] | None = None) -> Any:
     """The frame's rows in bounded batches, in order (``collect_batches`` where Polars has it).
 
-    Older Polars: consecutive slices of `_SLICE_ROWS` rows, each collected by the streaming
-    engine (a scan of Parquet skips the row groups before the slice).
+    With ``groups`` (``lf`` a query over a scan of one Parquet file, and the row counts of its
+    row groups: `row_group_rows`): one slice per row group, each collected by the streaming
+    engine, which reads only that row group and frees it before the next (``collect_batches``
+    decodes several ahead: at 10M rows about 120 MB against 45); then one more slice of
+    whatever rows follow (none, if the counts are the file's). Older Polars: consecutive
+    slices of `_SLICE_ROWS` rows (a scan of Parquet skips the row groups before the slice).
     """
+    if groups is not None:
+        off = 0
+        for n in groups:
+            if n:
+                b = lf.slice(off, n).collect(engine="streaming")
+                if b.height:
+                    yield b
+            off += n
+        while True:  # rows beyond the counts (none for the file's own footer)
+            b = lf.slice(off, _SLICE_ROWS).collect(engine="streaming")
+            if b.height:
+                yield b
+            if b.height < _SLICE_ROWS:
+                return
+            off += _SLICE_ROWS
     if hasattr(pl.LazyFrame, "collect_batches"):
         yield from lf.collect_batches()
         return
@@ -1797,7 +1827,8 @@ def _batches(lf: pl.LazyFrame) -> Any:
             return
         off += _SLICE_ROWS
 
-def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics | None:
+def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
+                    groups: list[int] | None = None) -> LossStatistics | None:
     """`_losses_lazy` in two reads of the loss columns (rarely three or four for the quantiles).
 
     One streaming read of ``rho``, ``size``, ``epsilon`` and ``epsilon_delta``, batch by batch,
@@ -1832,7 +1863,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     # the ρ and size columns of a report of at most `_KEEP_ROWS` rows, for the later passes
     # (the same values in the same order as a new read of the file, which they then replace)
     kept: list[tuple[np.ndarray, np.ndarray]] | None = []
-    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)])):
+    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)]), groups):
         r, s = b["rho"].to_numpy(), b["size"].to_numpy()
         if np.isnan(r).any() or np.isnan(s).any():
             return None
@@ -1890,7 +1921,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     first = True
     while more or first:
         seen = 0
-        for r, s in (kept if kept is not None else _reread(lf, first)):
+        for r, s in (kept if kept is not None else _reread(lf, first, groups)):
             ranks_of.feed(sortable_keys(r))
             if not first:
                 continue
@@ -1932,14 +1963,16 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
 
 
 #: Rows up to which `_losses_batched` keeps the ρ and size columns of its first read for its
-#: later passes (16 bytes a row: at most 256 MiB) instead of reading the file again.
-_KEEP_ROWS = 1 << 24
+#: later passes (16 bytes a row: at most 16 MiB) instead of reading the file again. A larger
+#: report is read again: at 10M rows about 0.4 CPU-s more, but 160 MB less at the run's peak
+#: (docs/performance.md, "Stop 66").
+_KEEP_ROWS = 1 << 20
 
 
-def _reread(lf: pl.LazyFrame, first: bool) -> Any:
+def _reread(lf: pl.LazyFrame, first: bool, groups: list[int] | None = None) -> Any:
     """Another read of ``rho`` (with ``size`` on the first of them), as ``(rho, size)`` pairs."""
     q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
-    for b in _batches(q):
+    for b in _batches(q, groups):
         r = b["rho"].to_numpy()
         yield r, (b["size"].to_numpy() if first else r)
 

@@ -95,6 +95,10 @@ mechanism = {{ family = "gaussian", sigma = 1e8 }}
 """
 
 
+_GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(
+    __import__("platform").libc_ver())
+
+
 def write_spec(tmp: Path, data: Path, out: Path, *, negatives: str = "error",
                budget: str = "", seed: int = 7, name: str = "release.toml") -> Path:
     text = SPEC.format(data=data.as_posix(), out=out.as_posix(), negatives=negatives,
@@ -1592,6 +1596,45 @@ def test_a_run_holds_no_figure_library_while_it_reads_the_data(
     page = (tmp_path / "out" / "public" / "summary.html").read_text(encoding="utf-8")
     assert 'id="plot-loss"' in page and "<svg" in page
 
+
+def test_a_row_mode_run_reads_its_report_row_group_by_row_group(tmp_path: Path) -> None:
+    """The program's run: freed heap memory returned after the pass, the report read by groups.
+
+    The page's loss statistics read ``per_record_losses.parquet`` one row group at a time
+    (never Polars' ``collect_batches``, which decodes several ahead of its reader), after
+    the command's heaps gave back what they kept for the pass (`release_freed_memory`); the
+    run's peak memory is where its phases hold the most (docs/performance.md, "Stop 66"). A
+    fresh process, run as the program (``sys.argv``), so that ``keep_freed_memory`` applies.
+    """
+    generate_establishments(3000, seed=21).write_parquet(tmp_path / "data.parquet")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(ROW_MODE_SPEC.format(hierarchies=hierarchies()), encoding="utf-8")
+    code = (
+        "import sys\n"
+        "import polars as pl\n"
+        "import tabdp.release._tables as T\n"
+        "from tabdp import cli\n"
+        "seen = []\n"
+        "def batches(*a, **k):\n"
+        "    seen.append('collect_batches')\n"
+        "    raise AssertionError('collect_batches')\n"
+        "pl.LazyFrame.collect_batches = batches\n"
+        "f = T.release_freed_memory\n"
+        "def g():\n"
+        "    seen.append(f())\n"
+        "    return seen[-1]\n"
+        "T.release_freed_memory = g\n"
+        f"sys.argv = ['tabdp', 'run', {str(spec)!r}, '--quiet']\n"
+        "rc = cli.main()\n"
+        "print(seen, rc)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, check=True)
+    assert done.stdout.split("\n")[-2] == ("[True] 0" if _GLIBC else "[False] 0"), (
+        done.stdout + done.stderr)
+    page = (tmp_path / "out" / "confidential" / "confidential_report.html").read_text(
+        encoding="utf-8")
+    assert "Units: <b>3,000</b>" in page
 
 ROW_MODE_SPEC = """
 [release]

@@ -195,6 +195,7 @@ def test_lazy_path_never_collects_the_whole_frame(tmp_path: Path,
 
     monkeypatch.setattr(pl.LazyFrame, "collect", spy)
     monkeypatch.setattr(pl.LazyFrame, "collect_batches", spy_batches)
+    monkeypatch.setattr(rh, "_KEEP_ROWS", n)
     page = render_confidential_html(_report(pl.scan_parquet(tmp_path / "p.parquet")))
     assert "Units: <b>2,000,000</b>" in page or "Units: <b>2000000</b>" in page
     assert all(streaming) and max(heights) <= max(st.COLLECT_CAP, rh._SCATTER_POINTS)
@@ -389,3 +390,74 @@ def test_top_n_zero_gives_no_top_rows_and_a_negative_one_is_refused(
         assert got.max_rho == want.max_rho or (np.isnan(got.max_rho) and np.isnan(want.max_rho))
     with pytest.raises(InvalidParameterError, match="top_n"):
         rh.loss_statistics(per, None, -1)
+
+
+def test_loss_statistics_of_a_file_read_row_group_by_row_group(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """A Parquet file's path: one row group at a time, never collect_batches; the same page.
+
+    (Polars' ``collect_batches`` decodes several row groups ahead of its reader: at 10M rows
+    about 120 MB against 45 for one row group at a time; docs/performance.md, "Stop 66".)
+    """
+    n, group = 50_000, 7_000
+    rng = np.random.default_rng(9)
+    path = tmp_path / "p.parquet"
+    pl.DataFrame({"estab_id": np.arange(n), "rho": rng.lognormal(size=n),
+                  "epsilon": rng.random(n), "epsilon_delta": rng.random(n),
+                  "size": rng.lognormal(3, 2, size=n)}).write_parquet(path,
+                                                                       row_group_size=group)
+    budget = _report(None)["budget"]
+    lazy = rh.loss_statistics(pl.scan_parquet(path), budget, 7)
+    monkeypatch.setattr(rh, "_KEEP_ROWS", 0)  # every pass reads the file
+    heights: list[int] = []
+    real = pl.LazyFrame.collect
+
+    def spy(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> pl.DataFrame:
+        out = real(self, *args, **kwargs)
+        heights.append(out.height)
+        return out
+
+    def refuse(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("collect_batches called")
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+    monkeypatch.setattr(pl.LazyFrame, "collect_batches", refuse)
+    got = rh.loss_statistics(path, budget, 7)
+    assert max(heights) <= group and sum(h == group for h in heights) >= 2 * (n // group)
+    monkeypatch.setattr(pl.LazyFrame, "collect", real)
+    page = render_confidential_html(_report(pl.scan_parquet(path), losses=lazy))
+    assert render_confidential_html(_report(pl.scan_parquet(path), losses=got)) == page
+    assert got.rho_summary() == lazy.rho_summary()
+    # a footer that cannot be read: the batches Polars gives, the same statistics
+    monkeypatch.setattr("tabdp.report._row_groups.row_group_rows", lambda p: None)
+    monkeypatch.undo()  # (Polars' own collect_batches, or the sliced reads without it)
+    monkeypatch.setattr("tabdp.report._row_groups.row_group_rows", lambda p: None)
+    assert rh.loss_statistics(str(path), budget, 7).rho_summary() == lazy.rho_summary()
+
+
+def test_row_group_rows_reads_the_footer(tmp_path: Path) -> None:
+    """The row counts of every row group, as the file's writer made them; None if unreadable."""
+    from tabdp.report._row_groups import row_group_rows
+
+    df = pl.DataFrame({"a": np.arange(1000), "s": [str(i) for i in range(1000)],
+                       "l": [[1, 2]] * 1000, "b": [True, False] * 500,
+                       "m": [{"x": 1, "y": "z"}] * 1000})
+    for size in (1, 7, 100, 1000, 5000):
+        df.write_parquet(tmp_path / "x.parquet", row_group_size=size)
+        rows = row_group_rows(tmp_path / "x.parquet")
+        assert rows is not None and sum(rows) == 1000 and max(rows) <= size
+        assert pl.scan_parquet(tmp_path / "x.parquet").slice(0, rows[0]).collect().height \
+            == rows[0]
+    pa = pytest.importorskip("pyarrow.parquet")
+    for size in (1, 7, 333):
+        pa.write_table(df.to_arrow(), tmp_path / "y.parquet", row_group_size=size)
+        meta = pa.ParquetFile(tmp_path / "y.parquet").metadata
+        assert row_group_rows(tmp_path / "y.parquet") == [
+            meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    df.head(0).write_parquet(tmp_path / "e.parquet")
+    assert row_group_rows(tmp_path / "e.parquet") == []
+    (tmp_path / "bad").write_bytes(b"not parquet")
+    assert row_group_rows(tmp_path / "bad") is None
+    (tmp_path / "cut").write_bytes((tmp_path / "y.parquet").read_bytes()[-40:])
+    assert row_group_rows(tmp_path / "cut") is None
+    assert row_group_rows(tmp_path / "missing") is None
