@@ -1221,7 +1221,8 @@ def test_the_row_ledger_and_report_work_on_both_threads_gives_the_bytes_of_one(
         two = run(2, budget, keys)
         assert one == two
         if not streaming and budget is None and keys is every:
-            # every row in each release: the totals' additions over every row, on two threads
-            # (streaming: no row ledger, the pass's own threads)
-            assert len(set(adders)) == 2 and threading.get_ident() not in adders
+            # every row in each release: the totals' additions over every row by slices on
+            # the pool's threads, not the release's (a pool may hand both of this test's short
+            # slices to one of its threads); streaming: no row ledger, the pass's own threads
+            assert len(adders) >= 2 and threading.get_ident() not in adders
         adders.clear()
