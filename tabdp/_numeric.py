@@ -23,7 +23,8 @@ __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "ad
            "add_up_fresh", "add_up_into", "add_up_any", "half_square_up", "inflate",
            "safe_range", "SAFE_LO",
            "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread", "quiet_thread",
-           "work_pool", "engine_thread"]
+           "work_pool", "engine_thread", "SLICE_ROWS", "on_slices", "any_nonzero", "increasing",
+           "filled"]
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -156,6 +157,105 @@ def engine_thread() -> Iterator[None]:
     """
     with one_thread(), np.errstate(all="ignore"):
         yield
+
+
+#: Values per slice below which `on_slices` makes one call: a thread's hand-off costs more
+#: than elementwise work on fewer values (131,072 doubles: 1 MiB).
+SLICE_ROWS = 1 << 17
+
+
+def on_slices(n: int, fn: Callable[[int, int], None], workers: int | None = None) -> None:
+    """``fn(lo, hi)`` over consecutive slices covering ``range(n)``, on `work_threads` threads.
+
+    For elementwise NumPy work on long arrays (NumPy's loops release the GIL): each call writes
+    its own slice of a preallocated output, so the result is that of one call ``fn(0, n)``,
+    whatever the number of threads. One call for short arrays, inside `one_thread` (a batch
+    function Polars runs on each of its threads) and on one core (``POLARS_MAX_THREADS=1``).
+
+    Args:
+        n: The length covered.
+        fn: Called with each slice's bounds (``0 <= lo < hi <= n``).
+        workers: The most threads to use (default `work_threads`).
+
+    Example:
+        >>> out = np.zeros(5)
+        >>> def f(lo, hi): out[lo:hi] = np.arange(lo, hi)
+        >>> on_slices(5, f); out.tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    workers = min(work_threads() if workers is None else workers, n // SLICE_ROWS)
+    if workers <= 1:
+        if n:
+            fn(0, n)
+        return
+    step = -(-n // workers)
+    with work_pool(workers) as pool:
+        for _ in pool.map(lambda lo: fn(lo, min(lo + step, n)), range(0, n, step)):
+            pass
+
+
+def _all_slices(n: int, test: Callable[[int, int], bool]) -> bool:
+    """Whether ``test(lo, hi)`` holds on every slice of `on_slices` (each slice tested once)."""
+    fails: list[bool] = []
+
+    def run(lo: int, hi: int) -> None:
+        if not test(lo, hi):
+            fails.append(True)  # (list.append is atomic)
+
+    on_slices(n, run)
+    return not fails
+
+
+def any_nonzero(a: np.ndarray) -> bool:
+    """``bool(numpy.any(a))`` of a 1-d array, its slices on `work_threads` threads.
+
+    A constant view (stride 0: `numpy.broadcast_to` of one value) reads its one value.
+
+    Example:
+        >>> any_nonzero(np.zeros(3)), any_nonzero(np.broadcast_to(np.nan, (4,)))
+        (False, True)
+    """
+    a = np.asarray(a)
+    if a.ndim != 1:
+        return bool(np.any(a))
+    if a.size and a.strides[0] == 0:
+        return bool(np.any(a[:1]))
+    return not _all_slices(a.size, lambda lo, hi: not bool(np.any(a[lo:hi])))
+
+
+def increasing(a: np.ndarray) -> bool:
+    """Whether the 1-d array ``a`` is strictly increasing, its slices on `work_threads` threads.
+
+    Example:
+        >>> increasing(np.array([1, 2, 3])), increasing(np.array([1, 2, 2]))
+        (True, False)
+    """
+    a = np.asarray(a)
+    n = a.size - 1  # the n pairs (a[i], a[i + 1])
+    return n < 1 or _all_slices(n, lambda lo, hi: bool(np.all(a[lo + 1:hi + 1] > a[lo:hi])))
+
+
+def filled(n: int, value: float) -> np.ndarray:
+    """``numpy.full(n, value)`` (float64), written by slices on `work_threads` threads.
+
+    An array of millions of doubles is a fresh memory mapping: writing it faults its pages
+    in, the kernel's work, here on both cores. 0.0 is ``numpy.zeros`` (pages zeroed when
+    first read).
+
+    Example:
+        >>> filled(3, 0.5).tolist(), filled(2, 0.0).tolist()
+        ([0.5, 0.5, 0.5], [0.0, 0.0])
+    """
+    v = np.float64(value)
+    if v == 0.0 and not np.signbit(v):
+        return np.zeros(n)
+    out = np.empty(n)
+
+    def fill(lo: int, hi: int) -> None:
+        out[lo:hi] = v
+
+    on_slices(n, fill)
+    return out
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -454,10 +554,16 @@ def add_up_into(acc: np.ndarray, v: Any, at: Any = None) -> None:
         >>> acc[0], acc[1] > 1.0
         (np.float64(0.5), np.True_)
     """
-    if at is None:  # a 1-d array: in cache-sized slices
+    if at is None:  # a 1-d array: in cache-sized slices, on the threads (each its own)
         vv = np.broadcast_to(np.asarray(v, dtype=np.float64), acc.shape)
-        for i in range(0, acc.size, _CHUNK):
-            acc[i:i + _CHUNK] = _add_up(acc[i:i + _CHUNK], vv[i:i + _CHUNK])
+
+        def run(lo: int, hi: int) -> None:
+            with np.errstate(all="ignore"):
+                for i in range(lo, hi, _CHUNK):
+                    j = min(i + _CHUNK, hi)
+                    acc[i:j] = _add_up(acc[i:j], vv[i:j])
+
+        on_slices(acc.size, run)
         return
     if isinstance(at, slice):
         add_up_into(acc[at], v)  # a view: written in place
@@ -485,11 +591,16 @@ def add_up_fresh(a: np.ndarray, v: Any) -> np.ndarray:
     """
     out = np.empty(a.shape, dtype=np.float64)
     vv = np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape)
-    with np.errstate(all="ignore"):
-        for i in range(0, a.size, _CHUNK):
-            s = out[i:i + _CHUNK]
-            np.add(a[i:i + _CHUNK], vv[i:i + _CHUNK], out=s)
-            _round_up(s, a[i:i + _CHUNK], vv[i:i + _CHUNK])
+
+    def run(lo: int, hi: int) -> None:  # (each value a function of its own row)
+        with np.errstate(all="ignore"):
+            for i in range(lo, hi, _CHUNK):
+                j = min(i + _CHUNK, hi)
+                s = out[i:j]
+                np.add(a[i:j], vv[i:j], out=s)
+                _round_up(s, a[i:j], vv[i:j])
+
+    on_slices(a.size, run)
     return out
 
 

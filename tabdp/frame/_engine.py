@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import polars as pl
 
+from tabdp import _numeric
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_into, work_pool, work_threads
@@ -640,7 +641,16 @@ def row_ids(snap: _Snapshot, inside: pl.DataFrame) -> np.ndarray | None:
     if snap.ids is None or inside.height != snap.data.height:
         return None
     if not snap.ids:
-        got = np.asarray(snap.data[ROW_ID].cast(pl.Int64).to_numpy(), dtype=np.int64)
+        col = snap.data[ROW_ID]
+        if col.dtype not in (pl.UInt32, pl.UInt64) or col.null_count():
+            got = np.asarray(col.cast(pl.Int64).to_numpy(), dtype=np.int64)
+        else:  # the row index (below 2**63), widened to Int64 by slices on the threads
+            got = np.empty(len(col), dtype=np.int64)
+
+            def widen(lo: int, hi: int) -> None:
+                got[lo:hi] = col.slice(lo, hi - lo).to_numpy()
+
+            on_slices(len(col), widen)
         got.flags.writeable = False
         snap.ids.append(got)
     return snap.ids[0]
@@ -1782,8 +1792,8 @@ def _row_totals(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
 def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
     """``fn(lo, hi)`` over consecutive slices covering ``range(n)``, on the engine's threads.
 
-    For elementwise NumPy work on long arrays (ufuncs release the GIL): each call writes its
-    own slice, so the result is that of one call ``fn(0, n)``. Short arrays: one call.
+    `tabdp._numeric.on_slices` on `policy_threads` threads: each call writes its own slice,
+    so the result is that of one call ``fn(0, n)``. Short arrays: one call.
 
     Args:
         n: The length covered.
@@ -1795,15 +1805,7 @@ def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
         >>> on_slices(5, f); out.tolist()
         [0.0, 1.0, 2.0, 3.0, 4.0]
     """
-    workers = min(policy_threads(), n // POLICY_CHUNK)
-    if workers <= 1:
-        if n:
-            fn(0, n)
-        return
-    step = -(-n // workers)
-    with work_pool(workers) as pool:
-        for _ in pool.map(lambda lo: fn(lo, min(lo + step, n)), range(0, n, step)):
-            pass
+    _numeric.on_slices(n, fn, policy_threads())
 
 
 def policy_threads() -> int:

@@ -23,6 +23,10 @@ from tabdp._numeric import (
     add_up_any,
     add_up_fresh,
     add_up_into,
+    any_nonzero,
+    filled,
+    increasing,
+    on_slices,
     work_pool,
     work_threads,
 )
@@ -287,10 +291,7 @@ def dense(a: Any) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 1 or a.size < 2 or a.strides[0] != 0:
         return a
-    v = a[0]
-    if v == 0.0 and not np.signbit(v):
-        return np.zeros(a.shape)
-    return np.full(a.shape, v)
+    return filled(a.size, a[0])  # (written by slices on the threads)
 
 
 class Deferred(MutableMapping[str, np.ndarray]):
@@ -602,14 +603,13 @@ class DenseLedger:
             self._grow(int(ids.max()) + 1)
         # a column never charged reads as 0 (`lookup`, `frame`'s callers): an all-zero sum
         # into it (e.g. the approximate-DP parts of a zCDP release) allocates nothing
-        sums = {k: v for k, v in sums.items() if k in self.arrays or np.any(v)}
+        sums = {k: v for k, v in sums.items() if k in self.arrays or any_nonzero(v)}
         fresh = {k for k in sums if k not in self.arrays}
         fresh_max = {k for k in maxes if k not in self.arrays and k not in sums}
         # ids are unique within one call (one entry per unit); a contiguous increasing run
         # (row mode over all rows) is a slice: no gather/scatter over millions of rows
         lo = int(ids[0]) if ids.size else 0
-        run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and bool(
-            np.all(ids[1:] > ids[:-1]))
+        run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and increasing(ids)
         at: Any = slice(lo, lo + ids.size) if run else ids
         # every row at once (row mode's releases): a fresh column takes the release's own
         # array as its totals when that array is what ``0.0 + v`` (or the maximum with 0.0)
@@ -657,7 +657,7 @@ class DenseLedger:
                     self._shared.update((k, twins[k]))
                 else:
                     self._owned(k)[at] = self.arrays[twins[k]][at]
-            elif v.any():
+            elif any_nonzero(v):
                 if whole and k in self._shared:
                     self.arrays[k] = add_up_fresh(self.arrays[k], v)
                     self._shared.discard(k)
@@ -667,7 +667,7 @@ class DenseLedger:
             if k in fresh_max:
                 continue
             if whole and k in self._shared:
-                self.arrays[k] = np.maximum(self.arrays[k], v)
+                self.arrays[k] = _max_fresh(self.arrays[k], v)
                 self._shared.discard(k)
             elif run:
                 a = self._owned(k)[at]
@@ -687,9 +687,20 @@ class DenseLedger:
         # the frame's columns are the arrays themselves (Polars takes NumPy's buffers without
         # a copy): a later release replaces them rather than writing the frame's values
         self._shared.update(self.arrays)
-        return pl.DataFrame({"unit": pl.int_range(n_rows, dtype=pl.Int64, eager=True),
+        return pl.DataFrame({"unit": pl.Series("unit", _row_numbers(n_rows), dtype=pl.Int64),
                              **{k: pl.Series(k, dense(a[:n_rows]), dtype=pl.Float64)
                                 for k, a in self.arrays.items()}})
+
+
+def _row_numbers(n: int) -> np.ndarray:
+    """``numpy.arange(n)`` (int64), written by slices on the threads (`on_slices`)."""
+    out = np.empty(n, dtype=np.int64)
+
+    def run(lo: int, hi: int) -> None:
+        out[lo:hi] = np.arange(lo, hi, dtype=np.int64)
+
+    on_slices(n, run)
+    return out
 
 
 def strictly_increasing(a: np.ndarray) -> bool:
@@ -699,7 +710,7 @@ def strictly_increasing(a: np.ndarray) -> bool:
         >>> strictly_increasing(np.array([1, 2, 2]))
         False
     """
-    return a.size < 2 or bool((a[1:] > a[:-1]).all())
+    return increasing(a)
 
 
 def sorted_search(keys: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -925,9 +936,29 @@ def _plain(v: Any, n: int) -> bool:
     ``0.0 + v`` and the maximum of 0.0 and ``v`` give ``v`` bit for bit: a float64 array of
     ``n`` values in one block of memory, without a sign bit set (no -0.0) and without NaN.
     """
-    return (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (n,)
-            and bool(v.flags.c_contiguous) and not bool(np.signbit(v).any())
-            and not bool(np.isnan(v).any()))
+    if not (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (n,)
+            and bool(v.flags.c_contiguous)):
+        return False
+    bad: list[bool] = []
+
+    def check(lo: int, hi: int) -> None:  # (slices on the threads)
+        part = v[lo:hi]
+        if bool(np.signbit(part).any()) or bool(np.isnan(part).any()):
+            bad.append(True)
+
+    on_slices(n, check)
+    return not bad
+
+
+def _max_fresh(a: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``numpy.maximum(a, v)`` of two arrays of one length, a new array written by slices."""
+    out = np.empty(a.shape)
+
+    def run(lo: int, hi: int) -> None:  # (on the threads, each its own slice)
+        np.maximum(a[lo:hi], v[lo:hi], out=out[lo:hi])
+
+    on_slices(a.size, run)
+    return out
 
 
 def _twin(done: dict[str, np.ndarray], sums: dict[str, Any], old: dict[str, np.ndarray],

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up, floats_quiet, mul_up
+from tabdp._numeric import add_up, floats_quiet, increasing, mul_up
 from tabdp._reserved import REPORT_COLUMNS, ROW_ID, is_reserved, report_clash
 from tabdp.exceptions import InvalidParameterError, PrivacyWarning
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
@@ -949,8 +949,7 @@ class Report:
             if isinstance(s._ledger, DenseLedger):  # row ids: dense columns
                 ids = np.asarray(r.losses.units, dtype=np.int64)
                 if ids.size == out.height and (not ids.size or (
-                        ids[0] == 0 and ids[-1] == ids.size - 1
-                        and bool(np.all(ids[1:] > ids[:-1])))):
+                        ids[0] == 0 and ids[-1] == ids.size - 1 and increasing(ids))):
                     col = dense(r.losses.rho)  # every row, in order
                 else:
                     col = np.zeros(out.height)
