@@ -484,7 +484,8 @@ ColumnPlan = tuple[str, Any]
 
 def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
                readable: Callable[[Any], bool] | None = None,
-               twice: set[Path] | None = None
+               twice: set[Path] | None = None,
+               footers: dict[Path, tuple[pl.Schema, frozenset[str]]] | None = None
                ) -> list[tuple[Path, dict[str, ColumnPlan]]]:
     """Each data file of a dataset and, for each declared column, where its values come from.
 
@@ -504,6 +505,8 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
         readable: Whether the engine reads a file column of this dtype (default: all).
         twice: Filled with the files holding a name more than once (Polars reads no column
             of them: `scan_declared` reads them with pyarrow).
+        footers: Filled with each file's `file_columns` (its footer read once: a caller
+            that needs the columns again reads them here, not from the file).
 
     Returns:
         ``[(file, {column: (how, what)})]`` in the order of `dataset_files` (see `ColumnPlan`).
@@ -522,6 +525,8 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
     plans = []
     for file in dataset_files(path):
         have, held_twice = file_columns(file)
+        if footers is not None:
+            footers[file] = (have, held_twice)
         if held_twice and twice is not None:
             twice.add(file)
         values = (_hive_values(file.relative_to(path), schema)
@@ -940,14 +945,17 @@ def _spark_utf8(col: Any) -> Any:
     return F.when(valid, col)
 
 
-def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str, ColumnPlan]:
+def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan],
+                           columns: tuple[pl.Schema, frozenset[str]] | None = None
+                           ) -> dict[str, ColumnPlan]:
     """A file's plan on a case-insensitive Spark session: a column with a twin is unreadable.
 
     Spark's Parquet reader matches a requested column without regard to letter case
     (``spark.sql.caseSensitive=false``, its default) and stops the job when a file holds two
     matches (``v`` and ``V``): one such file stopped an author-mode run (exit 4) where its
     neighbour without it ran (stop 64). Such a column is null in that file, as a column Spark
-    cannot read at all; decided from the file's footer alone.
+    cannot read at all; decided from the file's footer alone (``columns``: its `file_columns`
+    already read, as `file_plans` gives them; else read here).
 
     Example:
         >>> import tempfile
@@ -964,7 +972,7 @@ def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str,
     # names as Spark compares them (`fold_case`; not Python's str.lower: stop 65); a name held
     # twice counts twice (review rev65p)
     folded: dict[str, int] = {}
-    once, twice = file_columns(file)
+    once, twice = columns if columns is not None else file_columns(file)
     for c in [*once, *twice, *twice]:
         folded[fold_case(c)] = folded.get(fold_case(c), 0) + 1
     return {c: ("unreadable", what) if how == "column" and folded.get(fold_case(c), 0) > 1
@@ -972,8 +980,12 @@ def _case_twins_unreadable(file: Path, plan: dict[str, ColumnPlan]) -> dict[str,
 
 
 def _twin_notes(path: Path, file: Path, before: Mapping[str, ColumnPlan],
-                after: Mapping[str, ColumnPlan]) -> list[dict[str, Any]]:
+                after: Mapping[str, ColumnPlan],
+                columns: tuple[pl.Schema, frozenset[str]] | None = None
+                ) -> list[dict[str, Any]]:
     """The curator's notes of the columns `_case_twins_unreadable` made null in ``file``.
+
+    ``columns``: the file's `file_columns` if already read (else read here).
 
     Example:
         >>> import tempfile
@@ -990,7 +1002,7 @@ def _twin_notes(path: Path, file: Path, before: Mapping[str, ColumnPlan],
     if not changed:
         return []
     rel = file.relative_to(path).as_posix() if path.is_dir() else file.name
-    once, twice = file_columns(file)
+    once, twice = columns if columns is not None else file_columns(file)
     have = [*once, *sorted(twice)]  # a name held twice is a twin too (review rev65p)
     out = []
     for c in changed:
@@ -1044,12 +1056,15 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
 
     groups: dict[tuple[Any, ...], tuple[dict[str, ColumnPlan], list[Path]]] = {}
     insensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() != "true"
+    # each file's footer read once (`file_plans`), not again for its twins in letter case
+    footers: dict[Path, tuple[pl.Schema, frozenset[str]]] = {}
     for file, plan in file_plans(path, schema, hive=hive,
-                                 readable=lambda d: _spark_read_type(d) is not None):
+                                 readable=lambda d: _spark_read_type(d) is not None,
+                                 footers=footers):
         if insensitive:
-            before, plan = plan, _case_twins_unreadable(file, plan)
+            before, plan = plan, _case_twins_unreadable(file, plan, footers[file])
             if notes is not None:
-                notes.extend(_twin_notes(path, file, before, plan))
+                notes.extend(_twin_notes(path, file, before, plan, footers[file]))
         key = tuple((c, how, repr(what)) for c, (how, what) in plan.items())
         groups.setdefault(key, (plan, []))[1].append(file)
     frames = []

@@ -413,6 +413,38 @@ def test_spark_file_with_a_twin_in_letter_case_is_null_there(
             assert b"s03" not in p.read_bytes(), p
 
 
+def test_spark_declared_read_reads_each_footer_once(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case-insensitive Spark read takes each file's columns from `file_plans`' one read.
+
+    `_case_twins_unreadable` and the curator's notes read every file's footer again (twice
+    more for a file with twins in letter case, stop 65's last open item): the same columns,
+    the same notes, each footer read once.
+    """
+    import tabdp.release.declared as dec
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"v": [1], "V": [2], "w": [3]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"v": [4], "w": [5]}), tmp_path / "b.parquet")
+    reads: list[str] = []
+    real = dec.file_columns
+
+    def counted(file: Path) -> Any:
+        reads.append(Path(file).name)
+        return real(file)
+
+    monkeypatch.setattr(dec, "file_columns", counted)
+    notes: list[dict[str, Any]] = []
+    got = sorted((tuple(r) for r in dec.read_declared_spark(
+        spark, tmp_path, {"v": pl.Int64, "w": pl.Int64}, notes=notes).collect()),
+        key=lambda r: r[1])
+    assert got == [(None, 3), (4, 5)]
+    assert [(n["file"], n["column"], n["twins"]) for n in notes] == [("a.parquet", "v", ["V"])]
+    assert sorted(reads) == ["a.parquet", "b.parquet"]
+
+
 def test_spark_declared_columns_equal_in_letter_case_refused_as_other_inputs(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A declared schema with ``v`` and ``V`` (stop 64): the refusal of every Spark input.
