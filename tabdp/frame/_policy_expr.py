@@ -89,6 +89,15 @@ _U = 2.0**-52
 
 
 # -- a tiny expression language, rendered to Polars and to Spark ------------------------------
+def _binary(op: str, *, reflected: bool = False) -> Callable[[_N, Any], _N]:
+    """The method ``self <op> o`` of `_N` (``o <op> self`` if ``reflected``); ``o`` made a node."""
+
+    def method(self: _N, o: Any) -> _N:
+        return _N(op, (_c(o), self) if reflected else (self, _c(o)))
+
+    return method
+
+
 @dataclass(frozen=True, eq=False)
 class _N:
     """One node: ``op`` with child nodes ``args`` and a payload ``value``."""
@@ -97,41 +106,18 @@ class _N:
     args: tuple[_N, ...] = ()
     value: Any = None
 
-    def __add__(self, o: Any) -> _N:
-        return _N("+", (self, _c(o)))
-
-    def __radd__(self, o: Any) -> _N:
-        return _N("+", (_c(o), self))
-
-    def __sub__(self, o: Any) -> _N:
-        return _N("-", (self, _c(o)))
-
-    def __rsub__(self, o: Any) -> _N:
-        return _N("-", (_c(o), self))
-
-    def __mul__(self, o: Any) -> _N:
-        return _N("*", (self, _c(o)))
-
-    def __rmul__(self, o: Any) -> _N:
-        return _N("*", (_c(o), self))
-
-    def __truediv__(self, o: Any) -> _N:
-        return _N("/", (self, _c(o)))
-
-    def __rtruediv__(self, o: Any) -> _N:
-        return _N("/", (_c(o), self))
-
-    def __gt__(self, o: Any) -> _N:
-        return _N(">", (self, _c(o)))
-
-    def __ge__(self, o: Any) -> _N:
-        return _N(">=", (self, _c(o)))
-
-    def __lt__(self, o: Any) -> _N:
-        return _N("<", (self, _c(o)))
-
-    def __le__(self, o: Any) -> _N:
-        return _N("<=", (self, _c(o)))
+    __add__ = _binary("+")
+    __radd__ = _binary("+", reflected=True)
+    __sub__ = _binary("-")
+    __rsub__ = _binary("-", reflected=True)
+    __mul__ = _binary("*")
+    __rmul__ = _binary("*", reflected=True)
+    __truediv__ = _binary("/")
+    __rtruediv__ = _binary("/", reflected=True)
+    __gt__ = _binary(">")
+    __ge__ = _binary(">=")
+    __lt__ = _binary("<")
+    __le__ = _binary("<=")
 
     def __and__(self, o: _N) -> _N:
         return _N("and", (self, o))
