@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -252,6 +253,15 @@ def _inflate(x: _N, ulps: Any, pos: _N | None = None) -> _N:
 
 
 # -- rendering -----------------------------------------------------------------------------------
+#: The nodes both engines render with Python's operators on their columns (Polars' division
+#: by a constant aside, see `_render_pl`).
+_OPERATORS: dict[str, Callable[..., Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+    "and": operator.and_, "or": operator.or_, "not": operator.invert,
+}
+
+
 def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
     key = id(n)
     if key in cache:
@@ -263,28 +273,12 @@ def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
         out = d
     elif op == "c":
         out = pl.lit(n.value, dtype=pl.Float64)
-    elif op == "+":
-        out = a[0] + a[1]
-    elif op == "-":
-        out = a[0] - a[1]
-    elif op == "*":
-        out = a[0] * a[1]
-    elif op == "/":
-        if n.args[1].op == "c":
-            # Polars divides by a scalar as a multiplication by its reciprocal (not correctly
-            # rounded): divide by a column of the constant instead (IEEE division)
-            out = a[0] / (d.is_nan().cast(pl.Float64) * 0.0 + n.args[1].value)
-        else:
-            out = a[0] / a[1]
-    elif op in (">", ">=", "<", "<=", "=="):
-        out = {">": a[0] > a[1], ">=": a[0] >= a[1], "<": a[0] < a[1], "<=": a[0] <= a[1],
-               "==": a[0] == a[1]}[op]
-    elif op == "and":
-        out = a[0] & a[1]
-    elif op == "or":
-        out = a[0] | a[1]
-    elif op == "not":
-        out = ~a[0]
+    elif op == "/" and n.args[1].op == "c":
+        # Polars divides by a scalar as a multiplication by its reciprocal (not correctly
+        # rounded): divide by a column of the constant instead (IEEE division)
+        out = a[0] / (d.is_nan().cast(pl.Float64) * 0.0 + n.args[1].value)
+    elif op in _OPERATORS:
+        out = _OPERATORS[op](*a)
     elif op == "where":
         out = pl.when(a[0]).then(a[1]).otherwise(a[2])
     elif op == "isinf":
@@ -357,23 +351,8 @@ def _render_spark(n: _N, d: Any, cache: dict[int, Any]) -> Any:
         out = d
     elif op == "c":
         out = F.lit(n.value).cast("double")
-    elif op == "+":
-        out = a[0] + a[1]
-    elif op == "-":
-        out = a[0] - a[1]
-    elif op == "*":
-        out = a[0] * a[1]
-    elif op == "/":
-        out = a[0] / a[1]
-    elif op in (">", ">=", "<", "<=", "=="):
-        out = {">": a[0] > a[1], ">=": a[0] >= a[1], "<": a[0] < a[1], "<=": a[0] <= a[1],
-               "==": a[0] == a[1]}[op]
-    elif op == "and":
-        out = a[0] & a[1]
-    elif op == "or":
-        out = a[0] | a[1]
-    elif op == "not":
-        out = ~a[0]
+    elif op in _OPERATORS:
+        out = _OPERATORS[op](*a)
     elif op == "where":
         out = F.when(a[0], a[1]).otherwise(a[2])
     elif op == "isinf":
