@@ -150,6 +150,35 @@ def one_table_spec(mechanism: str, *, name: str = "r", seed: int | None = None,
                         name=name, domains={"c": ["a", "b"]}, seed=seed)
 
 
+def author_input(bounds: str, *, source: str = 'dataset = "d"', unit: str | None = "estab_id",
+                 nulls: str = "drop", negatives: str = "zero", nonfinite: str = "drop",
+                 unit_nulls: str | None = "drop", template: bool = False) -> str:
+    """The ``[input]`` table of an author-mode spec (``mode = "author"``).
+
+    Args:
+        bounds: The inside of the ``bounds`` inline table, e.g. ``'v = [0, 100]'``.
+        source: The line(s) naming the data, e.g. ``'dataset = "cbp"'``.
+        unit: ``input.unit`` (None: no such line).
+        nulls: ``input.nulls``.
+        negatives: ``input.negatives``.
+        nonfinite: ``input.nonfinite``.
+        unit_nulls: ``input.unit_nulls`` (None: no such line).
+        template: Double the braces, for a spec text that is ``str.format``-ted afterwards.
+
+    Returns:
+        TOML text, ending in a newline.
+    """
+    lines = ["[input]", source, 'mode = "author"']
+    if unit is not None:
+        lines.append(f'unit = "{unit}"')
+    lines += [f'nulls = "{nulls}"', f'negatives = "{negatives}"', f'nonfinite = "{nonfinite}"']
+    if unit_nulls is not None:
+        lines.append(f'unit_nulls = "{unit_nulls}"')
+    lines.append(f"bounds = {{ {bounds} }}")
+    text = "\n".join(lines) + "\n"
+    return text.replace("{", "{{").replace("}", "}}") if template else text
+
+
 #: A one-table count release by state with a unit (format with ``data`` and ``hier``, the
 #: folder of the bundled code lists): the comparison-kept and staging suites.
 STATE_COUNT_SPEC = """

@@ -54,6 +54,7 @@ from tabdp.frame._author import _caller_stacklevel, bind_frame
 from tabdp.frame._output import (
     Measure,
     assemble,
+    check_key_names,
     integer_dtype,
     is_integral_release,
 )
@@ -166,12 +167,7 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             "do both.")
     outputs = [f"{m}{s}" for m in (measures if kind == "sum" else ["count"])
                for s in OUTPUT_SUFFIXES]
-    clash = sorted(set(outputs) & set(by))
-    if clash:
-        raise InvalidParameterError(
-            f"group-by column(s) {clash} have the name of an output column of this {kind} "
-            f"(outputs: {outputs}); the key would be overwritten in the result.\n"
-            "Hint: rename the key column(s) (and the key set's) before the release.")
+    check_key_names(by, outputs, f"this {kind} (outputs: {outputs})")
     audit = sorted(set(by) & {"worst_rho", "worst_size", "units"})
     if audit and session is not None and getattr(session, "track_cells", False):
         raise InvalidParameterError(

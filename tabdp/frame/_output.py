@@ -41,7 +41,7 @@ from tabdp.frame.backends import pandas_exact
 
 __all__ = ["FORMS", "LONG_COLUMNS", "WIDE_SUFFIXES", "STAT_SUFFIXES", "Measure", "check_form",
            "coefficient_of_variation", "flag_codes", "assemble", "to_native", "long_to_wide",
-           "integer_grid", "integer_dtype", "is_integral_release"]
+           "integer_grid", "integer_dtype", "is_integral_release", "check_key_names"]
 
 #: Output forms of the accessor and the CLI.
 FORMS = ("wide", "long")
@@ -79,6 +79,34 @@ def check_form(form: Any, owner: str = "form") -> str:
             "per cell (m, m_sd, m_moe, ...), form='long' one row per cell and measure "
             "(measure, estimate, sd, moe, lower, upper, cv, flag).")
     return form
+
+
+def check_key_names(keys: Sequence[str], outputs: Sequence[str], what: str) -> None:
+    """Refuse key columns that have the name of an output column (the key would be overwritten).
+
+    Args:
+        keys: The group-by column names.
+        outputs: The output columns' names (they appear in the message).
+        what: The release's outputs as the message names them, e.g. ``"this sum (outputs:
+            [...])"``.
+
+    Raises:
+        InvalidParameterError: If a key column has the name of an output column.
+
+    Example:
+        >>> check_key_names(["c"], ["x", "x_sd"], "the wide form")   # no clash: nothing
+        >>> try:
+        ...     check_key_names(["x"], ["x", "x_sd"], "the wide form")
+        ... except InvalidParameterError as e:
+        ...     print(str(e).splitlines()[0][:58])
+        group-by column(s) ['x'] have the name of an output column
+    """
+    clash = sorted(set(outputs) & set(keys))
+    if clash:
+        raise InvalidParameterError(
+            f"group-by column(s) {clash} have the name of an output column of {what}; the key "
+            "would be overwritten in the result.\nHint: rename the key column(s) (and the key "
+            "set's) before the release.")
 
 
 def coefficient_of_variation(estimate: Any, sd: Any) -> np.ndarray:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,15 @@ _U = 2.0**-52
 
 
 # -- a tiny expression language, rendered to Polars and to Spark ------------------------------
+def _binary(op: str, *, reflected: bool = False) -> Callable[[_N, Any], _N]:
+    """The method ``self <op> o`` of `_N` (``o <op> self`` if ``reflected``); ``o`` made a node."""
+
+    def method(self: _N, o: Any) -> _N:
+        return _N(op, (_c(o), self) if reflected else (self, _c(o)))
+
+    return method
+
+
 @dataclass(frozen=True, eq=False)
 class _N:
     """One node: ``op`` with child nodes ``args`` and a payload ``value``."""
@@ -97,41 +107,18 @@ class _N:
     args: tuple[_N, ...] = ()
     value: Any = None
 
-    def __add__(self, o: Any) -> _N:
-        return _N("+", (self, _c(o)))
-
-    def __radd__(self, o: Any) -> _N:
-        return _N("+", (_c(o), self))
-
-    def __sub__(self, o: Any) -> _N:
-        return _N("-", (self, _c(o)))
-
-    def __rsub__(self, o: Any) -> _N:
-        return _N("-", (_c(o), self))
-
-    def __mul__(self, o: Any) -> _N:
-        return _N("*", (self, _c(o)))
-
-    def __rmul__(self, o: Any) -> _N:
-        return _N("*", (_c(o), self))
-
-    def __truediv__(self, o: Any) -> _N:
-        return _N("/", (self, _c(o)))
-
-    def __rtruediv__(self, o: Any) -> _N:
-        return _N("/", (_c(o), self))
-
-    def __gt__(self, o: Any) -> _N:
-        return _N(">", (self, _c(o)))
-
-    def __ge__(self, o: Any) -> _N:
-        return _N(">=", (self, _c(o)))
-
-    def __lt__(self, o: Any) -> _N:
-        return _N("<", (self, _c(o)))
-
-    def __le__(self, o: Any) -> _N:
-        return _N("<=", (self, _c(o)))
+    __add__ = _binary("+")
+    __radd__ = _binary("+", reflected=True)
+    __sub__ = _binary("-")
+    __rsub__ = _binary("-", reflected=True)
+    __mul__ = _binary("*")
+    __rmul__ = _binary("*", reflected=True)
+    __truediv__ = _binary("/")
+    __rtruediv__ = _binary("/", reflected=True)
+    __gt__ = _binary(">")
+    __ge__ = _binary(">=")
+    __lt__ = _binary("<")
+    __le__ = _binary("<=")
 
     def __and__(self, o: _N) -> _N:
         return _N("and", (self, o))
@@ -266,6 +253,15 @@ def _inflate(x: _N, ulps: Any, pos: _N | None = None) -> _N:
 
 
 # -- rendering -----------------------------------------------------------------------------------
+#: The nodes both engines render with Python's operators on their columns (Polars' division
+#: by a constant aside, see `_render_pl`).
+_OPERATORS: dict[str, Callable[..., Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+    "and": operator.and_, "or": operator.or_, "not": operator.invert,
+}
+
+
 def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
     key = id(n)
     if key in cache:
@@ -277,28 +273,12 @@ def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
         out = d
     elif op == "c":
         out = pl.lit(n.value, dtype=pl.Float64)
-    elif op == "+":
-        out = a[0] + a[1]
-    elif op == "-":
-        out = a[0] - a[1]
-    elif op == "*":
-        out = a[0] * a[1]
-    elif op == "/":
-        if n.args[1].op == "c":
-            # Polars divides by a scalar as a multiplication by its reciprocal (not correctly
-            # rounded): divide by a column of the constant instead (IEEE division)
-            out = a[0] / (d.is_nan().cast(pl.Float64) * 0.0 + n.args[1].value)
-        else:
-            out = a[0] / a[1]
-    elif op in (">", ">=", "<", "<=", "=="):
-        out = {">": a[0] > a[1], ">=": a[0] >= a[1], "<": a[0] < a[1], "<=": a[0] <= a[1],
-               "==": a[0] == a[1]}[op]
-    elif op == "and":
-        out = a[0] & a[1]
-    elif op == "or":
-        out = a[0] | a[1]
-    elif op == "not":
-        out = ~a[0]
+    elif op == "/" and n.args[1].op == "c":
+        # Polars divides by a scalar as a multiplication by its reciprocal (not correctly
+        # rounded): divide by a column of the constant instead (IEEE division)
+        out = a[0] / (d.is_nan().cast(pl.Float64) * 0.0 + n.args[1].value)
+    elif op in _OPERATORS:
+        out = _OPERATORS[op](*a)
     elif op == "where":
         out = pl.when(a[0]).then(a[1]).otherwise(a[2])
     elif op == "isinf":
@@ -371,23 +351,8 @@ def _render_spark(n: _N, d: Any, cache: dict[int, Any]) -> Any:
         out = d
     elif op == "c":
         out = F.lit(n.value).cast("double")
-    elif op == "+":
-        out = a[0] + a[1]
-    elif op == "-":
-        out = a[0] - a[1]
-    elif op == "*":
-        out = a[0] * a[1]
-    elif op == "/":
-        out = a[0] / a[1]
-    elif op in (">", ">=", "<", "<=", "=="):
-        out = {">": a[0] > a[1], ">=": a[0] >= a[1], "<": a[0] < a[1], "<=": a[0] <= a[1],
-               "==": a[0] == a[1]}[op]
-    elif op == "and":
-        out = a[0] & a[1]
-    elif op == "or":
-        out = a[0] | a[1]
-    elif op == "not":
-        out = ~a[0]
+    elif op in _OPERATORS:
+        out = _OPERATORS[op](*a)
     elif op == "where":
         out = F.when(a[0], a[1]).otherwise(a[2])
     elif op == "isinf":

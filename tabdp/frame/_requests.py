@@ -18,6 +18,7 @@ from tabdp.frame._output import (
     STAT_SUFFIXES,
     WIDE_SUFFIXES,
     check_form,
+    check_key_names,
     integer_dtype,
     integer_grid,
 )
@@ -143,9 +144,4 @@ def _check_output_names(measures: Sequence[str], by: str | Sequence[str], form: 
     else:
         outputs = [f"{m}{s}" for m in measures
                    for s in (*WIDE_SUFFIXES, *(STAT_SUFFIXES if cv else ()))]
-    clash = sorted(set(outputs) & set(keys))
-    if clash:
-        raise InvalidParameterError(
-            f"group-by column(s) {clash} have the name of an output column of the {form} "
-            f"form ({outputs}); the key would be overwritten in the result.\nHint: rename the "
-            "key column(s) (and the key set's) before the release.")
+    check_key_names(keys, outputs, f"the {form} form ({outputs})")

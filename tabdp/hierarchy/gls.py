@@ -322,6 +322,24 @@ def _sum_children(mats: np.ndarray, idx: np.ndarray, starts: np.ndarray) -> np.n
     return out
 
 
+def _outer_level(s: np.ndarray, lm: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 n_a: int, d: int, mask: np.ndarray, a: int) -> tuple[np.ndarray, np.ndarray]:
+    """An outer level's nodes from ``s``, their children's summed covariances: ``(s⁻¹, cov)``.
+
+    ``cov`` combines ``s⁻¹`` with the nodes' own measurements ``lm`` (``_info``); an absent
+    coordinate (``~mask``) gets a unit diagonal in ``s`` (changed in place) and loses it again
+    in the nodes' own information, and its rows and columns of ``cov`` are zero.
+    """
+    idx = np.arange(d)
+    s[:, idx, idx] += ~mask
+    sinv = _chol_inv(s, "sum of children")
+    own = _info(lm, np.arange(n_a), d, mask)
+    own[:, idx, idx] -= ~mask
+    cov = _chol_inv(sinv + own, f"outer level {a}")
+    cov *= mask[:, :, None] & mask[:, None, :]
+    return sinv, cov
+
+
 # --------------------------------------------------------------------------------------------
 # Structured path: the inner tree's own two-pass recursion (no d × d matrices where the
 # children of an outer node share one covariance; see the module docstring).
@@ -776,7 +794,6 @@ def _solve_leaves(outer: Tree, inner: Tree, present: np.ndarray, meas: Measureme
     z_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
     sinv_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
     up_x[depth] = tc.apply(vec, tid)
-    idx = np.arange(d)
     for a in range(depth - 1, -1, -1):
         n_a = outer.sizes[a]
         mask = masks[a]
@@ -787,12 +804,7 @@ def _solve_leaves(outer: Tree, inner: Tree, present: np.ndarray, meas: Measureme
             s = _sum_children_tree(tc, tid, st)
         else:
             s = _sum_children(up_m[a + 1], np.arange(outer.sizes[a + 1]), st)
-        s[:, idx, idx] += ~mask
-        sinv = _chol_inv(s, "sum of children")
-        own = _info(lm, np.arange(n_a), d, mask)
-        own[:, idx, idx] -= ~mask
-        cov = _chol_inv(sinv + own, f"outer level {a}")
-        cov *= mask[:, :, None] & mask[:, None, :]
+        sinv, cov = _outer_level(s, lm, n_a, d, mask, a)
         x = cov @ (sinv @ z + _vec(lm, n_a, d, k, mask))
         z_l[a], sinv_l[a] = z, sinv
         up_m[a] = cov
@@ -906,13 +918,7 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
             st = outer.starts(a + 1)
             z = np.add.reduceat(up_x[a + 1], st, axis=0)
             s = _sum_children(up_m[a + 1], up_i[a + 1], st)
-            idx = np.arange(d)
-            s[:, idx, idx] += ~mask
-            sinv = _chol_inv(s, "sum of children")
-            own = _info(lm, np.arange(n_a), d, mask)
-            own[:, idx, idx] -= ~mask
-            cov = _chol_inv(sinv + own, f"outer level {a}")
-            cov *= mask[:, :, None] & mask[:, None, :]
+            sinv, cov = _outer_level(s, lm, n_a, d, mask, a)
             inv = np.arange(n_a)
             x = cov @ (sinv @ z + vec)
             z_l[a], sinv_l[a] = z, sinv

@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike
 
 from tabdp._deprecation import wrap_sensitivity_methods
 from tabdp._numeric import ZCDP_ULPS, inflate
+from tabdp._params import ByParams
 from tabdp._validation import check_level
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
@@ -149,7 +150,7 @@ class LawOfSums:
     alpha: float = 2.0
 
 
-class Mechanism(ABC):
+class Mechanism(ByParams, ABC):
     """Base class of all tabdp mechanisms.
 
     Subclasses implement [`rho`][tabdp.mechanisms.Mechanism.rho],
@@ -472,16 +473,6 @@ class Mechanism(ABC):
                 return q, None, None
             return q, np.array(values.error, dtype=np.float64), values.mp
         return self._prepare(values), None, None
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.params() == other.params()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.params().items()))))
 
 
 def _draw_rng(rng: Any) -> Any:

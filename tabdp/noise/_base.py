@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp._params import ByParams
 from tabdp.noise.rounding import Rounding
 from tabdp.rng import RandomSource, as_random_source
 
 __all__ = ["NoiseDistribution"]
 
 
-class NoiseDistribution(ABC):
+class NoiseDistribution(ByParams, ABC):
     """A symmetric, continuous noise law centred at 0.
 
     Example:
@@ -234,12 +235,3 @@ class NoiseDistribution(ABC):
         """
         return None
 
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.params() == other.params()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(self.params().items()))))

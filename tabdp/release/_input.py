@@ -328,6 +328,31 @@ def _rules_outcome(spec: ReleaseSpec, row: Mapping[str, int], measures: Sequence
     return info, neg
 
 
+def _key_cast_needed(column: str, have: Any, want: Any) -> bool:
+    """Author mode: whether key ``column`` of dtype ``have`` is converted to its domain's ``want``.
+
+    Not when the dtypes are equal, nor for a number / text mismatch (the engine refuses it
+    from the schema alone). Otherwise only between the kinds the engine compares, decided from
+    the two dtypes before any data is read (stop 65): `tabdp.frame.keys.check_key_pair` raises
+    for the others. Shared by the Polars run (`_author_key_casts`) and the Spark run
+    (`tabdp.release._spark_run.author_key_casts`).
+
+    Example:
+        >>> _key_cast_needed("c", pl.Int64, pl.Int64), _key_cast_needed("c", pl.Int64, pl.String)
+        (False, False)
+        >>> _key_cast_needed("c", pl.Int32, pl.Int64)
+        True
+    """
+    if have == want:
+        return False
+    textual = (pl.String, pl.Categorical, pl.Enum)
+    if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
+            (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
+        return False
+    check_key_pair(column, have, want, declared=True)
+    return True
+
+
 def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
     """Author mode: key columns take their domain's type.
 
@@ -341,19 +366,13 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
     a Boolean column against an integer domain is refused, as on the engine.
     """
     schema = lf.collect_schema()
-    textual = (pl.String, pl.Categorical, pl.Enum)
     casts = []
     for c in dict.fromkeys(c for t in spec.tables for c in t.by):
         if c not in schema or c not in spec.domains:
             continue
         have, want = schema[c], spec.domains[c].dtype
-        if have == want:
+        if not _key_cast_needed(c, have, want):
             continue
-        if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
-                (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
-            continue
-        # only between kinds the engine compares, decided from the two dtypes (stop 65)
-        check_key_pair(c, have, want, declared=True)
         # a date Polars cannot format as text is null, not a Rust panic (review R14); a
         # fraction is null in an integer domain, never truncated (review r76)
         casts.append(convert_leniently(pl.col(c), have, want).alias(c))

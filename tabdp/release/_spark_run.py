@@ -23,7 +23,8 @@ from typing import Any
 import polars as pl
 
 from tabdp.exceptions import DataValidationError, SpecError
-from tabdp.frame.keys import KeySet, check_key_pair
+from tabdp.frame.keys import KeySet
+from tabdp.release._input import _key_cast_needed
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
            "declared_casts", "add_derived", "schema_of", "refuse_case_clashes"]
@@ -420,7 +421,6 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
     from tabdp.release.declared import convert_leniently_spark
 
     schema = _pl_schema(sdf)
-    textual = (pl.String, pl.Categorical, pl.Enum)
     casts = {}
     for c in dict.fromkeys(key_columns):
         if c not in schema or c not in domains:
@@ -428,13 +428,8 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
         have, want = schema[c], domains[c].dtype
         if isinstance(want, (pl.Categorical, pl.Enum)):
             want = pl.String
-        if have == want:
+        if not _key_cast_needed(c, have, want):
             continue
-        if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
-                (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
-            continue
-        # the engine's kinds only, from the dtypes (stop 65)
-        check_key_pair(c, have, want, declared=True)
         casts[c] = convert_leniently_spark(F.col(c), sdf.schema[c].dataType, want)
     return sdf.withColumns(casts) if casts else sdf
 

@@ -203,6 +203,13 @@ def test_form_and_name_errors():
     with pytest.raises(tabdp.InvalidParameterError, match="x_cv"):
         df2.dp.sum("x", by="x_cv", keys=tabdp.KeySet.from_dict(x_cv=["c1"]),
                    mechanism=mech.Gaussian(1.0), cv=True)
+    # the long form has no x_sd column, but the release computes one: the engine's check
+    df3 = pl.DataFrame({"x_sd": ["c1"], "x": [1.0]})
+    with pytest.raises(tabdp.InvalidParameterError,
+                       match=r"of this sum \(outputs: \['x', 'x_sd', .*\]\); the key would be "
+                             r"overwritten in the result\.\nHint: rename the key column"):
+        df3.dp.sum("x", by="x_sd", keys=tabdp.KeySet.from_dict(x_sd=["c1"]),
+                   mechanism=mech.Gaussian(1.0), form="long")
 
 
 def test_negatives_allowed_are_counted_in_the_confidential_audit(make_frame):

@@ -30,6 +30,7 @@ from tabdp.datasets.synth import generate_establishments
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
+from _specs import author_input  # noqa: E402
 
 KEY1 = tabdp.KeySet.from_dict(c=["a"])
 
@@ -162,16 +163,7 @@ def test_author_mode_pandas_null_does_not_change_output_dtype_or_grid() -> None:
 _AUTHOR_SPEC = """
 [release]
 name = "coverage"
-[input]
-dataset = "d"
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "allow"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = {{ payroll = [0, 1e9] }}
-[domains]
+""" + author_input("payroll = [0, 1e9]", negatives="allow", template=True) + """[domains]
 state = ["01", "02"]
 naics2 = ["77"]
 [randomness]

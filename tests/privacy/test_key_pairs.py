@@ -34,22 +34,14 @@ from tabdp.mechanisms import Gaussian
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
+from _specs import author_input  # noqa: E402
 
 TINY = Gaussian(1e-4)  # nearly noiseless: estimates are checked to two decimals
 
 SPEC = """
 [release]
 name = "kinds"
-[input]
-dataset = "d"
-unit = "id"
-unit_nulls = "drop"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-bounds = {{ v = [0, 100] }}
-{domain}
+""" + author_input("v = [0, 100]", unit="id", template=True) + """{domain}
 [[tables]]
 name = "t"
 measures = ["v"]

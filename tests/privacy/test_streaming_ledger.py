@@ -23,20 +23,15 @@ from tabdp import mechanisms as mech
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import session_state  # noqa: E402
+from _specs import author_input  # noqa: E402
 
 # -- tabdp run in row mode: streaming and in-memory, on neighbouring inputs ----------------------
 _ROW_SPEC = """
 [release]
 name = "nb"
 delta = 1e-9
-[input]
-dataset = "d"
-mode = "author"
-nulls = "zero"
-negatives = "zero"
-nonfinite = "zero"
-bounds = {{ payroll = [0, 1e16] }}
-[hierarchies.geo]
+""" + author_input("payroll = [0, 1e16]", unit=None, nulls="zero", nonfinite="zero",
+                   unit_nulls=None, template=True) + """[hierarchies.geo]
 file = "geography.csv"
 levels = ["state", "county"]
 [budget]

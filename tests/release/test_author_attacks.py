@@ -25,6 +25,7 @@ from tabdp.datasets.synth import generate_establishments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import assert_public_alike, schema_of, write_curator  # noqa: E402
+from _specs import author_input  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -507,16 +508,7 @@ def test_overwrite_between_authors(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 R12_SPEC = """
 [release]
 name = "r12"
-[input]
-dataset = "cbp"
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = {{ v = [0, 100] }}
-[domains]
+""" + author_input("v = [0, 100]", source='dataset = "cbp"', template=True) + """[domains]
 state = ["01", "02"]
 [[tables]]
 name = "t"

@@ -29,22 +29,14 @@ from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import NOISY, R15_SPEC, run_cli, schema_of, write_curator  # noqa: E402
+from _specs import author_input  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 SPEC = """
 [release]
 name = "boundary"
-[input]
-{input}
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = {{ payroll = [0, 1e9] }}
-{domains}
+{input}{domains}
 [hierarchies.geo]
 file = "{hier_file}"
 levels = ["state", "county"]
@@ -64,8 +56,8 @@ by = [{count_by}]
 def spec_text(*, input: str = 'dataset = "cbp"', domains: str = "",  # noqa: A002
               hier_file: str = "geography.csv", count_by: str = '"county"',
               keys: str = "") -> str:
-    return SPEC.format(input=input, domains=domains, hier_file=hier_file, count_by=count_by,
-                       keys=keys)
+    return SPEC.format(input=author_input("payroll = [0, 1e9]", source=input), domains=domains,
+                       hier_file=hier_file, count_by=count_by, keys=keys)
 
 
 def _server(root: Path, with_04: bool) -> Path:
