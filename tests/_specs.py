@@ -72,7 +72,8 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
                  release_extra: str = "", input_extra: str = "",
                  domains: Mapping[str, Sequence[object]] | None = None, budget: str = "",
                  seed: int | None = None, sections: str = "",
-                 public: str = "out/public", confidential: str = "out/confidential") -> str:
+                 public: str = "out/public", confidential: str = "out/confidential",
+                 input_table: str | None = None, output: bool = True) -> str:
     """A release spec reading ``path``, publishing under ``out/``, of ``tables`` (`table`).
 
     Args:
@@ -87,6 +88,9 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
         sections: More sections, before ``[output]`` (e.g. `hierarchies`, ``[plan]``).
         public: ``output.public``.
         confidential: ``output.confidential``.
+        input_table: The whole ``[input]`` table, in place of ``path`` and ``input_extra``
+            (e.g. `author_input`).
+        output: False: no ``[output]`` section (an author-mode spec: the curator's root).
 
     Returns:
         TOML text (outputs under ``out/public`` and ``out/confidential`` unless told).
@@ -94,7 +98,10 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
     parts = [f'[release]\nname = "{name}"\n']
     if release_extra:
         parts.append(f"{release_extra}\n")
-    parts.append(f'[input]\npath = "{path}"\n')
+    if input_table is not None:
+        parts.append(input_table if input_table.endswith("\n") else f"{input_table}\n")
+    else:
+        parts.append(f'[input]\npath = "{path}"\n')
     if input_extra:
         parts.append(f"{input_extra}\n")
     if domains is not None:
@@ -106,7 +113,8 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
         parts.append(f"[randomness]\nseed = {seed}\n")
     if sections:
         parts.append(sections if sections.endswith("\n") else f"{sections}\n")
-    parts.append(f'[output]\npublic = "{public}"\nconfidential = "{confidential}"\n')
+    if output:
+        parts.append(f'[output]\npublic = "{public}"\nconfidential = "{confidential}"\n')
     return "".join(parts + list(tables))
 
 
@@ -148,6 +156,35 @@ def one_table_spec(mechanism: str, *, name: str = "r", seed: int | None = None,
     """
     return release_spec(table("t", ["c"], mechanism, measures=["x"], extra=table_extra),
                         name=name, domains={"c": ["a", "b"]}, seed=seed)
+
+
+def author_input(bounds: str, *, source: str = 'dataset = "d"', unit: str | None = "estab_id",
+                 nulls: str = "drop", negatives: str = "zero", nonfinite: str = "drop",
+                 unit_nulls: str | None = "drop", template: bool = False) -> str:
+    """The ``[input]`` table of an author-mode spec (``mode = "author"``).
+
+    Args:
+        bounds: The inside of the ``bounds`` inline table, e.g. ``'v = [0, 100]'``.
+        source: The line(s) naming the data, e.g. ``'dataset = "cbp"'``.
+        unit: ``input.unit`` (None: no such line).
+        nulls: ``input.nulls``.
+        negatives: ``input.negatives``.
+        nonfinite: ``input.nonfinite``.
+        unit_nulls: ``input.unit_nulls`` (None: no such line).
+        template: Double the braces, for a spec text that is ``str.format``-ted afterwards.
+
+    Returns:
+        TOML text, ending in a newline.
+    """
+    lines = ["[input]", source, 'mode = "author"']
+    if unit is not None:
+        lines.append(f'unit = "{unit}"')
+    lines += [f'nulls = "{nulls}"', f'negatives = "{negatives}"', f'nonfinite = "{nonfinite}"']
+    if unit_nulls is not None:
+        lines.append(f'unit_nulls = "{unit_nulls}"')
+    lines.append(f"bounds = {{ {bounds} }}")
+    text = "\n".join(lines) + "\n"
+    return text.replace("{", "{{").replace("}", "}}") if template else text
 
 
 #: A one-table count release by state with a unit (format with ``data`` and ``hier``, the
