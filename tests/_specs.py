@@ -20,21 +20,25 @@ import tabdp
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
-def hierarchies(*names: str) -> str:
+def hierarchies(*names: str, files: Mapping[str, str] | None = None) -> str:
     """The ``[hierarchies.<name>]`` tables of the bundled lists ``names`` (none: both).
 
     Args:
         *names: ``"geo"`` (state > county) and/or ``"industry"`` (naics2 > naics3 > naics4 >
             naics6), in order.
+        files: A hierarchy's file in place of the bundled one, by name (e.g. ``{"geo":
+            "geo.csv"}``, a test's own code list with the same levels).
 
     Returns:
         TOML text.
     """
+    file = {"geo": f"{HIER.as_posix()}/geography.csv", "industry": f"{HIER.as_posix()}/naics.csv",
+            **(files or {})}
     blocks = {"geo": f"""[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
+file = "{file["geo"]}"
 levels = ["state", "county"]
 """, "industry": f"""[hierarchies.industry]
-file = "{HIER.as_posix()}/naics.csv"
+file = "{file["industry"]}"
 levels = ["naics2", "naics3", "naics4", "naics6"]
 """}
     return "\n".join(blocks[n] for n in names or ("geo", "industry"))
@@ -66,6 +70,20 @@ def table(name: str, by: Sequence[str], mechanism: str | None = None, *,
     if mechanism is not None:
         lines.append(f"mechanism = {mechanism}")
     return "\n".join(lines) + "\n" + (f"{extra}\n" if extra else "")
+
+
+def rollups(*levels: Sequence[str], direct: bool = False) -> str:
+    """The ``[[tables.rollups]]`` blocks of a table, one a level (a table's ``extra``).
+
+    Args:
+        *levels: Each rollup's ``by`` columns (``[]``: the national total), in order.
+        direct: ``direct = true`` on each (noised from the input, not summed from the table).
+
+    Returns:
+        TOML text (no trailing newline, as `table` adds one).
+    """
+    return "\n".join(f"[[tables.rollups]]\nby = {json.dumps(list(by))}"
+                     + ("\ndirect = true" if direct else "") for by in levels)
 
 
 def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
