@@ -128,27 +128,13 @@ def screenshot(html_path: str | Path, png_path: str | Path, *, width: int = 1280
             "--force-device-scale-factor=1", f"--user-data-dir={profile}",
             f"--window-size={w},{h}", f"--screenshot={out}", page.as_uri(),
         ]
-        env = dict(os.environ)
-        env.setdefault("HOME", profile)
-        # Own process group: on timeout the browser and all its helper processes are stopped.
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=float(timeout))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            _, stderr = proc.communicate()
-            raise TabdpError(
-                f"screenshot: Chromium did not finish within {timeout:g} s rendering "
-                f"{str(page)!r}.{_tail(stderr)}") from None
-        finally:
-            if proc.poll() is None:  # pragma: no cover - interrupted
-                _kill_group(proc)
-                proc.wait()
-    if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
+        code, stdout, stderr = _run_chromium(
+            cmd, profile, timeout, f"screenshot: Chromium did not finish within {timeout:g} s "
+            f"rendering {str(page)!r}.")
+    if code != 0 or not out.is_file() or out.stat().st_size == 0:
         raise TabdpError(
             f"screenshot: Chromium ({exe}) failed to render {str(page)!r} (exit code "
-            f"{proc.returncode}; image written: {out.is_file()}).{_tail(stderr + stdout)}")
+            f"{code}; image written: {out.is_file()}).{_tail(stderr + stdout)}")
     return out
 
 
@@ -202,25 +188,38 @@ def dump_dom(html_path: str | Path, *, offline: bool = True, timeout: float = 60
                "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
                *(OFFLINE_FLAGS if offline else ()),
                f"--virtual-time-budget={int(script_budget_ms)}", "--dump-dom", page.as_uri()]
-        env = dict(os.environ)
-        env.setdefault("HOME", profile)
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=float(timeout))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            _, stderr = proc.communicate()
-            raise TabdpError(f"dump_dom: Chromium did not finish within {timeout:g} s loading "
-                             f"{str(page)!r}.{_tail(stderr)}") from None
-        finally:
-            if proc.poll() is None:  # pragma: no cover - interrupted
-                _kill_group(proc)
-                proc.wait()
-    if proc.returncode != 0 or not stdout.strip():
+        code, stdout, stderr = _run_chromium(
+            cmd, profile, timeout, f"dump_dom: Chromium did not finish within {timeout:g} s "
+            f"loading {str(page)!r}.")
+    if code != 0 or not stdout.strip():
         raise TabdpError(f"dump_dom: Chromium ({exe}) failed to load {str(page)!r} (exit code "
-                         f"{proc.returncode}).{_tail(stderr)}")
+                         f"{code}).{_tail(stderr)}")
     return stdout.decode("utf-8", errors="replace")
+
+
+def _run_chromium(cmd: list[str], profile: str, timeout: float,
+                  late: str) -> tuple[int, bytes, bytes]:
+    """Run ``cmd`` (a Chromium) to its end: its exit code, stdout and stderr.
+
+    ``HOME`` is ``profile`` unless set. The browser runs in its own process group: on timeout
+    (``timeout`` seconds) it and all its helper processes are stopped and a `TabdpError` says
+    ``late`` and the last lines of its stderr.
+    """
+    env = dict(os.environ)
+    env.setdefault("HOME", profile)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=float(timeout))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        _, stderr = proc.communicate()
+        raise TabdpError(f"{late}{_tail(stderr)}") from None
+    finally:
+        if proc.poll() is None:  # pragma: no cover - interrupted
+            _kill_group(proc)
+            proc.wait()
+    return proc.returncode, stdout, stderr
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
+from _specs import author_input, release_spec, table
 
 #: Polars dtype -> the configuration's dtype name (a test's frame decides its declared schema).
 _NAMES = {pl.String: "String", pl.Categorical: "String", pl.Boolean: "Boolean",
@@ -136,31 +137,11 @@ def assert_public_alike(pubs: Sequence[Path], table: str = "t.parquet") -> list[
 
 #: The spec of review R15's server runs (author mode: a county table and a count, one dataset
 #: ``cbp``, read from ``s.toml`` beside ``curator.toml``).
-R15_SPEC = """
-[release]
-name = "r15"
-[input]
-dataset = "cbp"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { v = [0, 100] }
-[domains]
-state = ["01", "02"]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 3 }
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-[randomness]
-seed = 7
-"""
+R15_SPEC = release_spec(
+    table("t", ["state"], '{ family = "gaussian", sigma = 3 }', measures=["v"]),
+    table("n", ["state"], kind="count"),
+    name="r15", input_table=author_input("v = [0, 100]", source='dataset = "cbp"', unit=None),
+    domains={"state": ["01", "02"]}, seed=7, output=False)
 
 
 def run_cli(root: Path, command: str) -> tuple[int, str, str]:

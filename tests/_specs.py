@@ -20,21 +20,25 @@ import tabdp
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
-def hierarchies(*names: str) -> str:
+def hierarchies(*names: str, files: Mapping[str, str] | None = None) -> str:
     """The ``[hierarchies.<name>]`` tables of the bundled lists ``names`` (none: both).
 
     Args:
         *names: ``"geo"`` (state > county) and/or ``"industry"`` (naics2 > naics3 > naics4 >
             naics6), in order.
+        files: A hierarchy's file in place of the bundled one, by name (e.g. ``{"geo":
+            "geo.csv"}``, a test's own code list with the same levels).
 
     Returns:
         TOML text.
     """
+    file = {"geo": f"{HIER.as_posix()}/geography.csv", "industry": f"{HIER.as_posix()}/naics.csv",
+            **(files or {})}
     blocks = {"geo": f"""[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
+file = "{file["geo"]}"
 levels = ["state", "county"]
 """, "industry": f"""[hierarchies.industry]
-file = "{HIER.as_posix()}/naics.csv"
+file = "{file["industry"]}"
 levels = ["naics2", "naics3", "naics4", "naics6"]
 """}
     return "\n".join(blocks[n] for n in names or ("geo", "industry"))
@@ -68,11 +72,26 @@ def table(name: str, by: Sequence[str], mechanism: str | None = None, *,
     return "\n".join(lines) + "\n" + (f"{extra}\n" if extra else "")
 
 
+def rollups(*levels: Sequence[str], direct: bool = False) -> str:
+    """The ``[[tables.rollups]]`` blocks of a table, one a level (a table's ``extra``).
+
+    Args:
+        *levels: Each rollup's ``by`` columns (``[]``: the national total), in order.
+        direct: ``direct = true`` on each (noised from the input, not summed from the table).
+
+    Returns:
+        TOML text (no trailing newline, as `table` adds one).
+    """
+    return "\n".join(f"[[tables.rollups]]\nby = {json.dumps(list(by))}"
+                     + ("\ndirect = true" if direct else "") for by in levels)
+
+
 def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
                  release_extra: str = "", input_extra: str = "",
                  domains: Mapping[str, Sequence[object]] | None = None, budget: str = "",
                  seed: int | None = None, sections: str = "",
-                 public: str = "out/public", confidential: str = "out/confidential") -> str:
+                 public: str = "out/public", confidential: str = "out/confidential",
+                 input_table: str | None = None, output: bool = True) -> str:
     """A release spec reading ``path``, publishing under ``out/``, of ``tables`` (`table`).
 
     Args:
@@ -87,6 +106,9 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
         sections: More sections, before ``[output]`` (e.g. `hierarchies`, ``[plan]``).
         public: ``output.public``.
         confidential: ``output.confidential``.
+        input_table: The whole ``[input]`` table, in place of ``path`` and ``input_extra``
+            (e.g. `author_input`).
+        output: False: no ``[output]`` section (an author-mode spec: the curator's root).
 
     Returns:
         TOML text (outputs under ``out/public`` and ``out/confidential`` unless told).
@@ -94,7 +116,10 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
     parts = [f'[release]\nname = "{name}"\n']
     if release_extra:
         parts.append(f"{release_extra}\n")
-    parts.append(f'[input]\npath = "{path}"\n')
+    if input_table is not None:
+        parts.append(input_table if input_table.endswith("\n") else f"{input_table}\n")
+    else:
+        parts.append(f'[input]\npath = "{path}"\n')
     if input_extra:
         parts.append(f"{input_extra}\n")
     if domains is not None:
@@ -106,7 +131,8 @@ def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
         parts.append(f"[randomness]\nseed = {seed}\n")
     if sections:
         parts.append(sections if sections.endswith("\n") else f"{sections}\n")
-    parts.append(f'[output]\npublic = "{public}"\nconfidential = "{confidential}"\n')
+    if output:
+        parts.append(f'[output]\npublic = "{public}"\nconfidential = "{confidential}"\n')
     return "".join(parts + list(tables))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from tabdp.compare import audit_system, hierarchical_constraints
 from tabdp.compare.sdc import SdcOptions, build_dim, protect, require_pytauargus
 from tabdp.datasets.synth import county_to_state, generate_establishments
 from tabdp.exceptions import UnsupportedBackendError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _specs import hierarchies, release_spec, rollups, table  # noqa: E402
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 
@@ -97,42 +101,17 @@ def test_audit_agrees_with_pytauargus(tmp_path: Path, method: str) -> None:
     assert (r.upper - r.lower > 0).all()
 
 
-SPEC = """
-[release]
-name = "cmp"
-delta = 1e-9
-[input]
-path = "data.parquet"
-unit = "estab_id"
-[hierarchies.geo]
-file = "geo.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "{naics}"
-levels = ["naics2", "naics3", "naics4", "naics6"]
-[randomness]
-seed = 5
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "county_naics2_payroll"
-measures = ["payroll"]
-by = ["county", "naics2"]
-[tables.calibrate]
-family = "exp_polylog"
-typical_total = 1e7
-targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}
-fixed = {{ p = 1 }}
-[[tables.rollups]]
-by = ["state", "naics2"]
-[[tables.rollups]]
-by = []
-[[tables]]
-name = "state_naics2_estabs"
-kind = "count"
-by = ["state", "naics2"]
-"""
+def _spec(naics: str) -> str:
+    """The compared release: a calibrated payroll table and a count (``naics``: its hierarchy)."""
+    return release_spec(
+        table("county_naics2_payroll", ["county", "naics2"], measures=["payroll"],
+              extra='[tables.calibrate]\nfamily = "exp_polylog"\ntypical_total = 1e7\n'
+                    'targets = { "2.5e5" = 0.5, "2e10" = 50.0 }\nfixed = { p = 1 }\n'
+                    + rollups(["state", "naics2"], [])),
+        table("state_naics2_estabs", ["state", "naics2"], kind="count"),
+        name="cmp", release_extra="delta = 1e-9", path="data.parquet",
+        input_extra='unit = "estab_id"', seed=5,
+        sections=hierarchies("geo", "industry", files={"geo": "geo.csv", "industry": naics}))
 
 
 #: The module's end-to-end ``tabdp compare`` run (the fixture below: 25 s of the local loop on
@@ -148,7 +127,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                             ).write_parquet(d / "data.parquet")
     county_to_state(n_states=2, counties_per_state=4).write_csv(d / "geo.csv")
     naics = (ROOT / "data" / "hierarchies" / "naics.csv").as_posix()
-    (d / "spec.toml").write_text(SPEC.format(naics=naics), encoding="utf-8")
+    (d / "spec.toml").write_text(_spec(naics), encoding="utf-8")
     public = d / "out" / "public"
     public.mkdir(parents=True)
     (public / "published_before.txt").write_text("already published\n", encoding="utf-8")

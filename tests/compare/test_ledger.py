@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,43 +26,22 @@ from tabdp import cli
 from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
 from tabdp.privacy.lifetime import Ledger
 
-SPEC = """
-[release]
-name = "r{year}"
-title = "test"
-[input]
-path = "{data}"
-unit = "estab"
-[hierarchies.geo]
-file = "geo.csv"
-levels = ["state", "county"]
-[domains]
-naics2 = ["11", "21", "22"]
-[ledger]
-path = "ledger"
-series = "s"
-lifetime_budget = 8.0
-[randomness]
-seed = {seed}
-[output]
-public = "out{year}/public"
-confidential = "out{year}/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = {{ family = "gaussian", sigma = 40.0 }}
-[[tables.rollups]]
-by = ["state", "naics2"]
-direct = true
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-[[tables.rollups]]
-by = ["state"]
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _specs import hierarchies, release_spec, rollups, table  # noqa: E402
+
+
+def _spec(year: int, seed: int, data: str) -> str:
+    """The release of ``year`` (outputs ``out<year>/``), charged to the ledger ``ledger``."""
+    return release_spec(
+        table("pay", ["county", "naics2"], '{ family = "gaussian", sigma = 40.0 }',
+              measures=["payroll"], extra=rollups(["state", "naics2"], direct=True)),
+        table("n", ["county"], '{ family = "gaussian", sigma = 2.0 }', kind="count",
+              extra=rollups(["state"])),
+        name=f"r{year}", release_extra='title = "test"', path=data, input_extra='unit = "estab"',
+        domains={"naics2": ["11", "21", "22"]}, seed=seed,
+        sections=hierarchies("geo", files={"geo": "geo.csv"})
+        + '[ledger]\npath = "ledger"\nseries = "s"\nlifetime_budget = 8.0\n',
+        public=f"out{year}/public", confidential=f"out{year}/confidential")
 
 
 def _write_series(d: Path) -> None:
@@ -75,7 +55,7 @@ def _write_series(d: Path) -> None:
                   "naics2": rng.choice(["11", "21", "22"], n),
                   "payroll": np.round(rng.lognormal(3, 1, n), 2)}).write_parquet(d / "D.parquet")
     for year, seed in ((2021, 1), (2022, 2)):
-        (d / f"s{year}.toml").write_text(SPEC.format(year=year, seed=seed, data="D.parquet"),
+        (d / f"s{year}.toml").write_text(_spec(year, seed, "D.parquet"),
                                          encoding="utf-8")
     assert cli.main(["ledger", "init", str(d / "ledger"), "--series", "s",
                      "--lifetime-budget", "8.0"], stdout=io.StringIO(),

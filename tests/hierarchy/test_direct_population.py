@@ -28,46 +28,19 @@ from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import run_cli, write_curator  # noqa: E402
-from _specs import hierarchies  # noqa: E402
+from _specs import hierarchies, rollups  # noqa: E402
+from _specs import table as table_block  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
-TABLES = """
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = { family = "gaussian", sigma = 10.0 }
-[[tables.rollups]]
-by = []
-direct = true
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "cpay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = { family = "gaussian", sigma = 10.0 }
-consistent = true
-[[tables.rollups]]
-by = []
-direct = true
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "cn"
-kind = "count"
-by = ["county", "naics2"]
-mechanism = { family = "discrete_gaussian", sigma = 2.0 }
-[[tables.rollups]]
-by = ["state", "naics2"]
-direct = true
-[[tables.rollups]]
-by = []
-direct = true
-"""
+_GAUSS = '{ family = "gaussian", sigma = 10.0 }'
+_DIRECT = rollups([], ["state"], direct=True)
+TABLES = "\n" + "".join([
+    table_block("pay", ["county", "naics2"], _GAUSS, measures=["payroll"], extra=_DIRECT),
+    table_block("cpay", ["county", "naics2"], _GAUSS, measures=["payroll"],
+                extra=f"consistent = true\n{_DIRECT}"),
+    table_block("cn", ["county", "naics2"], '{ family = "discrete_gaussian", sigma = 2.0 }',
+                kind="count", extra=rollups(["state", "naics2"], [], direct=True))])
 
 #: The releases of `TABLES` that read the input (the table, then its direct levels).
 RELEASES = {"pay": ["pay", "pay__national", "pay__state"],

@@ -188,28 +188,12 @@ def test_native_stderr_goes_to_the_confidential_folder(tmp_path: Path, mode: str
 
 
 # -- a column declared integer, stored as float by one file (issue 27, the known limit) -------
-INT_SPEC = """
-[release]
-name = "ints"
-[input]
-dataset = "cbp"
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { employment = [0, 1000] }
-[domains]
-state = ["01", "02"]
-[[tables]]
-name = "emp"
-measures = ["employment"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 5.0 }
-[randomness]
-seed = 7
-"""
+from _specs import release_spec, table  # noqa: E402
+
+INT_SPEC = release_spec(
+    table("emp", ["state"], '{ family = "gaussian", sigma = 5.0 }', measures=["employment"]),
+    name="ints", input_table=author_input("employment = [0, 1000]", source='dataset = "cbp"'),
+    domains={"state": ["01", "02"]}, seed=7, output=False)
 INT_SCHEMA = {"estab_id": "Int64", "state": "String", "employment": "Int64"}
 #: the neighbour's extra record: its employment is missing, a fraction, NaN, or out of range
 EXTRA = {"a missing value": None, "a fraction": 2.5, "NaN": float("nan"), "2**63": 2.0**63}

@@ -503,67 +503,26 @@ def test_r15_empty_dataset_against_one_record(tmp_path: Path, monkeypatch: pytes
 
 
 # -- held: a spec using every release feature, on neighbouring servers ----------------------
-_FULL = """
-[release]
-name = "full"
-title = "<script>alert(1)</script>"
-[input]
-dataset = "cbp"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { payroll = [0, 1e8], employment = [0, 1e4] }
-[hierarchies.geo]
-file = "geography.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
-[budget.rho]
-"1" = 0.2
-"1e4" = 2.0
-"1e8" = 5.0
-[publication]
-cv_flag = 0.3
-suppress_cv = 2.0
-negative = "flag"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = { family = "gaussian", sigma = 1e5 }
-consistent = true
-shares = { county_naics2 = 0.8, state_naics2 = 0.2 }
-nonnegative = true
-[[tables.rollups]]
-by = ["state", "naics2"]
-direct = true
-[[tables.rollups]]
-by = []
-[[tables]]
-name = "emp"
-measures = ["employment"]
-by = ["state", "naics6"]
-calibrate = { family = "exp_polylog", targets = { "5" = 0.5, "2.5e5" = 5.0 }, \
-typical_total = 100.0, fixed = { p = 1 } }
-publication = { round = 1.0 }
-[[tables.rollups]]
-by = ["state", "naics2"]
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = { family = "discrete_gaussian", sigma = 2.0 }
-consistent = true
-integer = true
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[randomness]
-seed = 11
-"""
+from _specs import hierarchies, release_spec, rollups, table  # noqa: E402
+
+_FULL = release_spec(
+    table("pay", ["county", "naics2"], '{ family = "gaussian", sigma = 1e5 }',
+          measures=["payroll"], extra='consistent = true\n'
+          'shares = { county_naics2 = 0.8, state_naics2 = 0.2 }\nnonnegative = true\n'
+          + rollups(["state", "naics2"], direct=True) + "\n" + rollups([])),
+    table("emp", ["state", "naics6"], measures=["employment"], extra=(
+        'calibrate = { family = "exp_polylog", targets = { "5" = 0.5, "2.5e5" = 5.0 }, '
+        'typical_total = 100.0, fixed = { p = 1 } }\npublication = { round = 1.0 }\n'
+        + rollups(["state", "naics2"]))),
+    table("n", ["county"], '{ family = "discrete_gaussian", sigma = 2.0 }', kind="count",
+          extra="consistent = true\ninteger = true\n" + rollups(["state"], direct=True)),
+    name="full", release_extra='title = "<script>alert(1)</script>"', seed=11,
+    input_table=author_input("payroll = [0, 1e8], employment = [0, 1e4]",
+                             source='dataset = "cbp"', unit=None),
+    sections=hierarchies(files={"geo": "geography.csv", "industry": "naics.csv"})
+    + '[budget.rho]\n"1" = 0.2\n"1e4" = 2.0\n"1e8" = 5.0\n'
+    '[publication]\ncv_flag = 0.3\nsuppress_cv = 2.0\nnegative = "flag"\n',
+    output=False)
 
 
 def _full_extra(base: pl.DataFrame, kind: str) -> pl.DataFrame:

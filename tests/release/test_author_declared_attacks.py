@@ -30,6 +30,7 @@ from tabdp.release.declared import scan_declared
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import NOISY, assert_public_alike, write_curator  # noqa: E402
+from _specs import author_input, release_spec, table  # noqa: E402
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -37,28 +38,10 @@ pq = pytest.importorskip("pyarrow.parquet")
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 SCHEMA = {"estab_id": "Int64", "state": "String", "v": "Int64"}
 
-SPEC = """
-[release]
-name = "r14"
-[input]
-dataset = "cbp"
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { v = [0, 100] }
-[domains]
-state = ["01", "02"]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 3 }
-[randomness]
-seed = 7
-"""
+SPEC = release_spec(
+    table("t", ["state"], '{ family = "gaussian", sigma = 3 }', measures=["v"]),
+    name="r14", input_table=author_input("v = [0, 100]", source='dataset = "cbp"'),
+    domains={"state": ["01", "02"]}, seed=7, output=False)
 
 
 def _base(root: Path) -> None:

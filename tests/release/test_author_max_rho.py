@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
+from _specs import author_input, hierarchies, release_spec, rollups, table  # noqa: E402
 
 import tabdp  # noqa: E402
 from tabdp import cli  # noqa: E402
@@ -26,33 +27,16 @@ from tabdp.datasets.synth import generate_establishments  # noqa: E402
 from tabdp.exceptions import InvalidParameterError  # noqa: E402
 from tabdp.mechanisms import Gaussian, Subbotin, VectorSubbotin  # noqa: E402
 
-SPEC = """
-[release]
-name = "capped"
-[input]
-mode = "author"
-dataset = "cbp"
-unit = "estab_id"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = {{ payroll = [0, 1e9], employment = [0, 1e5] }}
-[domains]
-state = ["01", "02"]
-{budget}
-[[tables]]
-name = "payroll"
-kind = "sum"
-measures = ["payroll", "employment"]
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 1000.0 }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 1.0 }}
-"""
+
+def _spec(budget: str) -> str:
+    """Two tables by state (a two-measure sum, a count) with ``budget`` (a section or "")."""
+    return release_spec(
+        table("payroll", ["state"], '{ family = "gaussian", sigma = 1000.0 }', kind="sum",
+              measures=["payroll", "employment"]),
+        table("n", ["state"], '{ family = "gaussian", sigma = 1.0 }', kind="count"),
+        name="capped", input_table=author_input(
+            "payroll = [0, 1e9], employment = [0, 1e5]", source='dataset = "cbp"'),
+        domains={"state": ["01", "02"]}, sections=budget, output=False)
 
 
 def _validate(tmp_path: Path, budget: str, extra: str = "") -> tuple[int, str, str]:
@@ -60,7 +44,7 @@ def _validate(tmp_path: Path, budget: str, extra: str = "") -> tuple[int, str, s
         generate_establishments(30, seed=1).write_parquet(tmp_path / "d.parquet")
     cfg = write_curator(tmp_path, {"cbp": "d.parquet"},
                         extra="[policy]\nmax_rho = 2.0\n" + extra, seeded=False)
-    (tmp_path / "s.toml").write_text(SPEC.format(budget=budget), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(_spec(budget), encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(["validate", str(tmp_path / "s.toml"), "--curator", str(cfg)],
                     stdout=out, stderr=err)
@@ -128,88 +112,39 @@ HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
 # -- held: max_rho is what a unit spends, checked on real runs --------------------------------
-_CAPPED = """
-[release]
-name = "capped"
-[input]
-dataset = "cbp"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = {{ payroll = [0, 1e8], employment = [0, 1e4], revenue = [0, 1e9] }}
-[hierarchies.geo]
-file = "geography.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
-{budget}
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county", "naics2"]
-mechanism = {{ family = "gaussian", sigma = 1e6 }}
-consistent = true
-shares = {{ county_naics2 = 0.8, state_naics2 = 0.2 }}
-nonnegative = true
-[[tables.rollups]]
-by = ["state", "naics2"]
-direct = true
-[[tables.rollups]]
-by = []
-[[tables]]
-name = "pay2"
-measures = ["payroll"]
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 1e6 }}
-[[tables.rollups]]
-by = []
-direct = true
-[[tables]]
-name = "emp"
-measures = ["employment"]
-by = ["state", "naics6"]
-calibrate = {{ family = "exp_polylog", targets = {{ "5" = 0.5, "2.5e5" = 5.0 }}, \
-typical_total = 100.0, fixed = {{ p = 1 }} }}
-[[tables.rollups]]
-by = ["state", "naics2"]
-direct = true
-[[tables]]
-name = "joint"
-measures = ["payroll", "revenue"]
-by = ["state"]
-mechanism = {{ family = "vector_subbotin", r = 2, scale = 1.0, \
-weights = {{ payroll = 1e6, revenue = 1e7 }} }}
-[[tables.rollups]]
-by = []
-direct = true
-[[tables]]
-name = "joint2"
-measures = ["revenue", "payroll"]
-by = ["county"]
-mechanism = {{ family = "vector_subbotin", r = 2, scale = 1.0, \
-weights = {{ payroll = 1e6, revenue = 1e7 }} }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "discrete_gaussian", sigma = 3.0 }}
-consistent = true
-integer = true
-[[tables.rollups]]
-by = ["state"]
-direct = true
-[[tables]]
-name = "n2"
-kind = "count"
-by = ["naics6"]
-mechanism = {{ family = "laplace", scale = 3.0 }}
-[[tables.rollups]]
-by = []
-direct = true
-"""
+_JOINT = ('{ family = "vector_subbotin", r = 2, scale = 1.0, '
+          'weights = { payroll = 1e6, revenue = 1e7 } }')
+
+
+def _capped(budget: str) -> str:
+    """Every release feature on the bundled hierarchies, with ``budget`` (a section).
+
+    Shares, direct rollups, calibration, joint releases in both measure orders, consistent
+    counts.
+    """
+    return release_spec(
+        table("pay", ["county", "naics2"], '{ family = "gaussian", sigma = 1e6 }',
+              measures=["payroll"], extra='consistent = true\n'
+              'shares = { county_naics2 = 0.8, state_naics2 = 0.2 }\nnonnegative = true\n'
+              + rollups(["state", "naics2"], direct=True) + "\n" + rollups([])),
+        table("pay2", ["state"], '{ family = "gaussian", sigma = 1e6 }', measures=["payroll"],
+              extra=rollups([], direct=True)),
+        table("emp", ["state", "naics6"], measures=["employment"], extra=(
+            'calibrate = { family = "exp_polylog", targets = { "5" = 0.5, "2.5e5" = 5.0 }, '
+            'typical_total = 100.0, fixed = { p = 1 } }\n'
+            + rollups(["state", "naics2"], direct=True))),
+        table("joint", ["state"], _JOINT, measures=["payroll", "revenue"],
+              extra=rollups([], direct=True)),
+        table("joint2", ["county"], _JOINT, measures=["revenue", "payroll"]),
+        table("n", ["county"], '{ family = "discrete_gaussian", sigma = 3.0 }', kind="count",
+              extra="consistent = true\ninteger = true\n" + rollups(["state"], direct=True)),
+        table("n2", ["naics6"], '{ family = "laplace", scale = 3.0 }', kind="count",
+              extra=rollups([], direct=True)),
+        name="capped", input_table=author_input(
+            "payroll = [0, 1e8], employment = [0, 1e4], revenue = [0, 1e9]",
+            source='dataset = "cbp"', unit=None),
+        sections=hierarchies(files={"geo": "geography.csv", "industry": "naics.csv"}) + budget,
+        output=False)
 
 
 # origin: review R16
@@ -240,7 +175,7 @@ def test_max_rho_holds_on_a_run_of_every_release_feature(
                   schemas={"cbp": {c: str(t) for c, t in base.schema.items()}},
                   dataset_extra={"cbp": 'unit = "estab_id"'},
                   extra=f"[policy]\nmax_rho = {cap}\n")
-    (tmp_path / "s.toml").write_text(_CAPPED.format(budget=budget), encoding="utf-8")
+    (tmp_path / "s.toml").write_text(_capped(budget), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     for command in ("validate", "run"):
         out, err = io.StringIO(), io.StringIO()

@@ -29,7 +29,7 @@ from tabdp.release import runner as runner_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
-from _specs import hierarchies, release_spec, table, write_release  # noqa: E402
+from _specs import author_input, hierarchies, release_spec, table, write_release  # noqa: E402
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
@@ -894,6 +894,17 @@ grid = 1.0
         assert not np.array_equal(replay(c), published), c
 
 
+def _mode_input(mode: str, where: str, negatives: str = "zero") -> str:
+    """The ``[input]`` of `_author_spec` and `_coverage_spec`: ``where``, unit ``estab_id``.
+
+    Author mode adds the rules an author states (nulls, negatives, nonfinite, unit nulls, the
+    payroll bounds).
+    """
+    if mode == "author":
+        return author_input("payroll = [0, 1e9]", source=where, negatives=negatives)
+    return f'[input]\n{where}\nunit = "estab_id"\nmode = "{mode}"\n'
+
+
 def _author_spec(folder: Path, mode: str = "author") -> Path:
     """The neighbour spec: a hierarchy, a domain file and a keys file (public metadata).
 
@@ -901,8 +912,6 @@ def _author_spec(folder: Path, mode: str = "author") -> Path:
     configuration ``curator.toml`` of ``folder`` declares them; outputs under ``releases``);
     curator mode gives paths.
     """
-    rules = ('nulls = "drop"\nnegatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
-             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
     meta = folder / "meta"
     meta.mkdir(exist_ok=True)
     (meta / "geography.csv").write_bytes((HIER / "geography.csv").read_bytes())
@@ -918,11 +927,7 @@ def _author_spec(folder: Path, mode: str = "author") -> Path:
     path.write_text(f"""
 [release]
 name = "neighbours"
-[input]
-{where}
-unit = "estab_id"
-mode = "{mode}"
-{rules}
+{_mode_input(mode, where)}
 [domains]
 naics2 = {{ file = "{files}naics2.csv", column = "code" }}
 [hierarchies.geo]
@@ -1246,8 +1251,6 @@ def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path])
 
 def _coverage_spec(folder: Path, data: str, mode: str = "curator", form: str = "") -> Path:
     """Author mode: the dataset ``d`` of ``folder/curator.toml`` (outputs: ``out/coverage``)."""
-    rules = ('nulls = "drop"\nnegatives = "allow"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
-             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
     if mode == "author":
         write_curator(folder, {"d": data}, root="out")
         where, output = 'dataset = "d"', "[output]"
@@ -1258,11 +1261,7 @@ def _coverage_spec(folder: Path, data: str, mode: str = "curator", form: str = "
     path.write_text(f"""
 [release]
 name = "coverage"
-[input]
-{where}
-unit = "estab_id"
-mode = "{mode}"
-{rules}
+{_mode_input(mode, where, negatives="allow")}
 [domains]
 state = ["01", "02"]
 naics2 = ["77"]

@@ -26,6 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import NOISY, R15_SPEC, write_curator  # noqa: E402
+from _specs import author_input, release_spec, table  # noqa: E402
 from test_author_attacks import _r12_run  # noqa: E402
 
 ZONES = ["America/Los_Angeles", "Asia/Tokyo", "UTC"]
@@ -196,26 +197,14 @@ def test_spark_author_key_casts_keep_fractions_out_of_integer_domains(spark: Any
     assert got == [1, None, 2, None, None, None, None, None, None]
 
 
-SIZE_SPEC = """
-[release]
-name = "{name}"
-[input]
-dataset = "cbp"
-{unit}mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-bounds = {{ v = [0, 100] }}
-[domains]
-size = [1, 2]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["size"]
-mechanism = {{ family = "gaussian", sigma = 3 }}
-[randomness]
-seed = 7
-"""
+def _size_spec(name: str, unit: bool) -> str:
+    """A sum of ``v`` by ``size`` (domain 1, 2) of the dataset ``cbp`` (``unit``: by estab_id)."""
+    return release_spec(
+        table("t", ["size"], '{ family = "gaussian", sigma = 3 }', measures=["v"]),
+        name=name, input_table=author_input("v = [0, 100]", source='dataset = "cbp"',
+                                            unit="estab_id" if unit else None,
+                                            unit_nulls="drop" if unit else None),
+        domains={"size": [1, 2]}, seed=7, output=False)
 
 
 def _size_servers(tmp_path: Path) -> tuple[Path, Path]:
@@ -246,8 +235,7 @@ def _runs(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, *flags: s
     ``unit=False``: row mode, which streams the input (docs/release-workflow.md).
     """
     name = ("units" if unit else "rows") + "_" + ("spark" if "spark" in flags else "polars")
-    text = SIZE_SPEC.format(unit='unit = "estab_id"\nunit_nulls = "drop"\n' if unit else "",
-                            name=name)
+    text = _size_spec(name, unit)
     views = [_r12_run(s, monkeypatch, text, "--test-seed", *flags) for s in servers]
     assert views[0] == views[1], views
     assert views[0][0] == 0, views[0]
