@@ -190,14 +190,18 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
 
 
 def check_table_columns(spark: Any, table: str) -> None:
-    """Curator mode: refuse a catalog table's column names from the catalog (no data read).
+    """Curator mode: refuse a catalog table's column names from its schema (nothing written).
 
     Under ``spark.sql.caseSensitive=false`` (Spark's default), names equal in letter case as
     Spark compares them, or holding a code point this Python's Unicode database does not know,
-    cannot be read apart (`refuse_case_clashes`). A catalog table's names come from the
-    catalog (``spark.table`` runs no job and reads no row): `tabdp.frame.backends.run.SparkRun`
-    calls this with the check that the table exists, before the data phase, so such a table is
-    a spec/usage error (exit 2, nothing read or written), like a missing one. Until stop 66 it
+    cannot be read apart (`refuse_case_clashes`). A catalog table's names come from its
+    schema (for a table, the catalog's: ``spark.table`` runs no job and reads no row):
+    `tabdp.frame.backends.run.SparkRun` calls this with the check that the table exists, before
+    the data phase, so such a table is a spec/usage error (exit 2, nothing written), like a
+    missing one. A view over files whose schema Spark infers from their records (JSON, CSV
+    with ``inferSchema``) runs a job that reads them for its schema here (review rev66x: a
+    temporary or stored view ``SELECT * FROM json.`<folder>``` ran one job, and the refusal
+    said "Nothing was read or written"); the message says so. Until stop 66 it
     was refused in the data phase: exit 4, "the run stopped after reading the confidential
     data", with a ``failure.json`` saying "Nothing was read". Author mode keeps that generic
     failure (the table's columns are the curator's); files keep the data phase's refusal
@@ -216,8 +220,8 @@ def check_table_columns(spark: Any, table: str) -> None:
 def _refuse_case_clashes(spark: Any, columns: list[str], table: str | None = None) -> None:
     """`refuse_case_clashes` of a list of column names.
 
-    ``table``: a catalog table's, from the catalog before the data phase (`check_table_columns`:
-    "Nothing was read or written"); ``None``: the input's, in the data phase (no row read).
+    ``table``: a catalog table's, from its schema before the data phase (`check_table_columns`:
+    nothing written); ``None``: the input's, in the data phase (no row read).
     """
     import unicodedata
 
@@ -226,7 +230,10 @@ def _refuse_case_clashes(spark: Any, columns: list[str], table: str | None = Non
     if str(spark.conf.get(_CASE, "false")).lower() == "true":
         return
     # the data phase has opened the input (its schema), never a row
-    read = "No row was read." if table is None else "Nothing was read or written."
+    read = "No row was read." if table is None else (
+        "Nothing was written (the names are the table's schema: the catalog's, no row read, "
+        "unless the table is a view over files whose schema Spark infers from their records, "
+        "e.g. JSON, which it reads for that).")
     where, key = ("the input", "input") if table is None else \
         (f"the Spark catalog's table {table!r}", "input.table")
     unknown = unknown_letters(columns)

@@ -402,7 +402,7 @@ def test_a_catalog_table_with_an_unknown_letter_is_refused_before_the_data(
         spec = _spec(tmp_path, source='table = "s66_odd"', unit="", tables=ROW_TABLES)
         code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
         assert code == 2, err
-        assert "does not know" in err and "Nothing was read or written" in err
+        assert "does not know" in err and "Nothing was written" in err
         assert "data-dependent" not in err and not (tmp_path / "out").exists()
     finally:
         spark.catalog.dropTempView("s66_odd")
@@ -413,3 +413,34 @@ def test_a_catalog_table_with_an_unknown_letter_is_refused_before_the_data(
     assert failure["error"] == "SpecError" and "does not know" in failure["message"]
     assert "No row was read." in failure["message"] and "Nothing was read" not in \
         failure["message"]
+
+
+@pytest.mark.spark
+def test_a_view_inferring_its_schema_from_records_is_not_said_to_read_nothing(
+        spark: Any, tmp_path: Path) -> None:
+    """A view over JSON files: Spark reads the records for its schema (review rev66x).
+
+    The stop-66 check of a catalog table's names ran ``spark.table(view).columns``, which for
+    ``SELECT * FROM json.`<folder>``` runs a job reading every record (the names are the
+    union of the records' keys: here one record's), and the refusal said "Nothing was read
+    or written". It now says nothing was written and that such a view is read for its schema.
+    """
+    odd = "a" + chr(0x378)
+    (tmp_path / "j").mkdir()
+    lines = generate_establishments(20, seed=3).write_ndjson().splitlines()
+    lines[0] = lines[0][:-1] + f', "{odd}": 1}}'  # one record holds the odd key
+    (tmp_path / "j" / "part.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW s66_json AS SELECT * FROM "
+              f"json.`{(tmp_path / 'j').as_posix()}`")
+    sc = spark.sparkContext
+    try:
+        sc.setJobGroup("rev66x-view", "the view's schema")
+        spec = _spec(tmp_path, source='table = "s66_json"', unit="", tables=ROW_TABLES)
+        code, _, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+        assert sc.statusTracker().getJobIdsForGroup("rev66x-view")  # the records were read
+        assert code == 2 and "does not know" in err, err
+        assert "Nothing was read" not in err and "Nothing was written" in err
+        assert "infers from their records" in err and not (tmp_path / "out").exists()
+    finally:
+        sc.setJobGroup("", "")
+        spark.catalog.dropTempView("s66_json")
