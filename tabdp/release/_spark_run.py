@@ -156,17 +156,29 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
         sdf: The input frame.
         schema: Column -> Polars dtype (the curator configuration's declared schema).
 
+    Only the declared columns are kept, taken by position under their exact names: a catalog
+    table's other columns are the curator's, and a view over files whose schema Spark infers
+    from the records (JSON) has a column for a key one record holds. Kept, such a column was
+    refused with the input (`refuse_case_clashes`: a name this Python's Unicode does not know,
+    or the twin in letter case of a declared one, which also made the declared one ambiguous),
+    so the author's run stopped (exit 4) where its neighbour without that record released
+    (review rev66x). A declared column the table lacks stays missing (refused as before).
+
     Returns:
-        The frame with those of its columns cast.
+        The frame of the declared columns it has, cast.
     """
     from pyspark.sql import functions as F
 
     from tabdp.release.declared import convert_leniently_spark
 
-    have = {f.name: f.dataType for f in sdf.schema.fields}
-    casts = {c: convert_leniently_spark(F.col(c), have[c], t) for c, t in schema.items()
-             if c in have}
-    return sdf.withColumns(casts) if casts else sdf
+    fields = list(sdf.schema.fields)
+    where = {f.name: i for i, f in enumerate(fields)}
+    # by position: under spark.sql.caseSensitive=false a name is ambiguous beside its twin
+    by_pos = sdf.toDF(*[f"__tabdp_decl{i}" for i in range(len(fields))])
+    cols = [convert_leniently_spark(F.col(f"__tabdp_decl{where[c]}"), fields[where[c]].dataType,
+                                    t).alias(c)
+            for c, t in schema.items() if c in where]
+    return by_pos.select(*cols)
 
 
 def refuse_case_clashes(spark: Any, sdf: Any) -> None:
