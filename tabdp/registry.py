@@ -89,8 +89,9 @@ def _same_class(a: type, b: type) -> bool:
     """Whether ``b`` is ``a`` or the same class defined again by re-running its module.
 
     A module run a second time (pytest's ``--import-mode=importlib`` collecting a module's
-    doctests after the package imported it) defines its classes anew under the same module
-    and name; registering them again replaces the family instead of refusing it.
+    doctests after the package imported it, a notebook cell run again) defines its classes
+    anew under the same module and name; registering them again is not refused (`register`:
+    tabdp's own keep their first class, others are replaced).
 
     Example:
         >>> class A:
@@ -115,7 +116,9 @@ def register(name: str, kind: Kind, cls: type, *, aliases: Iterable[str] = (),
         rank: Order among the families of its kind.
 
     Returns:
-        The registered `Family`.
+        The registered `Family`. A class of the same module and qualified name as the one
+        registered under ``name`` (its module run again) replaces it, except in tabdp's own
+        modules, whose first class stays registered (and is returned).
 
     Raises:
         InvalidParameterError: If the name or an alias is already taken by another class.
@@ -129,6 +132,17 @@ def register(name: str, kind: Kind, cls: type, *, aliases: Iterable[str] = (),
         'toy_example'
         >>> _unregister("toy_example", "noise")
     """
+    first = _FAMILIES.get((kind, name))
+    if (first is not None and first.cls is not cls and _same_class(first.cls, cls)
+            and first.cls.__module__.partition(".")[0] == "tabdp"):
+        # tabdp's own module run again (pytest's importlib mode collects its doctests after
+        # the package imported it): the package's class stays registered, the one
+        # `tabdp.mechanisms` exposes and the checks' isinstance tests name (review rev66x:
+        # replaced, every test of the session built the count default and the spec's
+        # mechanisms from the re-run module's classes, which no such test recognised). A
+        # class claiming a tabdp module and name (type(..., {"__module__": ...})) replaces
+        # nothing either
+        return first
     fam = Family(name, kind, cls, tuple(aliases), frozenset(tags), rank)
     for key in (name, *fam.aliases):
         taken = _LOOKUP.get((kind, key))

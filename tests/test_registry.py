@@ -68,26 +68,57 @@ def test_unknown_and_conflicting_names() -> None:
 
 
 def test_a_module_run_again_registers_its_classes_again() -> None:
-    """A module run again (pytest's importlib mode) registers its classes again (stop 66).
+    """A module run again is not refused (stop 66); tabdp's classes stay (review rev66x).
 
-    Before, ``pytest --doctest-modules tabdp/mechanisms/transformation.py`` stopped at
+    Before stop 66, ``pytest --doctest-modules tabdp/mechanisms/transformation.py`` stopped at
     collection: the second run's ``RootTransform`` was refused as another class under 'root'.
+    Stop 66 registered the second run's class instead: ``pytest`` (testpaths tests and tabdp)
+    then built the count default and spec mechanisms from classes that
+    ``tabdp.mechanisms.DiscreteGaussian`` and the checks' isinstance tests do not recognise
+    (``test_every_mechanism_class_registers_its_family_once`` failed in such a session).
     """
     import importlib.util
 
-    from tabdp.mechanisms import transformation
+    from tabdp.mechanisms import discrete, transformation
 
-    before = registry.get("root").cls
     saved = dict(registry._FAMILIES), dict(registry._LOOKUP)
-    spec = importlib.util.spec_from_file_location(transformation.__name__,
-                                                  transformation.__file__)
-    assert spec is not None and spec.loader is not None
-    again = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(again)  # the same classes, defined anew
-        assert registry.get("root").cls is again.RootTransform is not before
+        for module in (transformation, discrete):
+            spec = importlib.util.spec_from_file_location(module.__name__, module.__file__)
+            assert spec is not None and spec.loader is not None
+            again = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(again)  # the same classes, defined anew: not refused
+        assert again.DiscreteGaussian is not mech.DiscreteGaussian
+        assert registry.get("root").cls is mech.RootTransform
+        assert registry.get("discrete_gaussian").cls is mech.DiscreteGaussian
+        family, params = registry.COUNT_DEFAULT
+        assert isinstance(registry.get(family).cls(**params), mech.DiscreteGaussian)
+        test_every_mechanism_class_registers_its_family_once()
     finally:
         for table, old in zip((registry._FAMILIES, registry._LOOKUP), saved, strict=True):
             table.clear()
             table.update(old)  # type: ignore[arg-type]
-    assert registry.get("root").cls is before
+
+
+def test_a_class_claiming_a_builtins_name_replaces_nothing() -> None:
+    """``type(...)`` with a built-in's module and name registers nothing (review rev66x)."""
+    fake = type("Gaussian", (), {"__module__": mech.Gaussian.__module__,
+                                 "__qualname__": mech.Gaussian.__qualname__})
+    assert registry.register("gaussian", "mechanism", fake).cls is mech.Gaussian
+    assert registry.get("gaussian").cls is mech.Gaussian
+
+
+def test_a_user_class_defined_again_replaces_the_first() -> None:
+    """A notebook cell run again: the new definition is the family's (no refusal)."""
+    def define() -> type:
+        class Toy:
+            pass
+        return Toy
+
+    first, second = define(), define()
+    try:
+        registry.register("toy_rerun", "noise", first, aliases=("toy_again",))
+        registry.register("toy_rerun", "noise", second, aliases=("toy_again",))
+        assert registry.get("toy_again", "noise").cls is second
+    finally:
+        registry._unregister("toy_rerun", "noise")

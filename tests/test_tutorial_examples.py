@@ -39,3 +39,34 @@ def test_method_calls_author_example_keeps_the_establishments() -> None:
     assert abs(float(pay["payroll"].sum()) / truth - 1.0) < 0.05
     per = ns["curator"].report(ns["author"].name).per_record
     assert per.height == df["estab_id"].n_unique()
+
+
+def test_method_calls_author_budget_fits_up_to_the_size_the_page_states() -> None:
+    """The page's budget is above the mechanism's loss up to $19.5 billion only (rev66x).
+
+    The page said the curve was above the mechanism's "at every size": a curve is constant
+    beyond its last point (50 from $10 billion) and the calibrated mechanism's loss grows
+    with the size (50 at $20 billion, the sum's and the count's together pass 50 near
+    $19.5 billion), so a larger establishment is left out of a release.
+    """
+    import numpy as np
+
+    import tabdp
+    from tabdp import registry
+
+    block = next(b for b in _blocks("tutorials/method-calls.md") if "tabdp.Curator(" in b)
+    assert "at every size" not in block and "about $19.5 billion" in block
+    ns: dict[str, Any] = {"tabdp": tabdp}
+    code = "\n".join(line for line in block.splitlines()
+                     if line.startswith(("pay_mech", "                           p=1",
+                                         "curator = tabdp.Curator")))
+    exec(compile(code, "method-calls.md", "exec"), ns)  # noqa: S102 (the docs' code)
+    family, params = registry.COUNT_DEFAULT
+    count_rho = float(registry.get(family).cls(**params).rho(np.array([1.0]))[0])
+    assert "(0.125)" in block and abs(count_rho - 0.125) < 1e-12
+    sizes = np.logspace(3, 12, 9001)
+    over = (np.asarray(ns["pay_mech"].rho(sizes)) + count_rho
+            > np.asarray(tabdp.Budget(ns["curator"].budget).limit(sizes)))
+    first = float(sizes[np.argmax(over)])
+    assert over.any() and 1.9e10 < first < 2.0e10, first
+    assert not over[sizes < 1.9e10].any()

@@ -157,17 +157,29 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
         sdf: The input frame.
         schema: Column -> Polars dtype (the curator configuration's declared schema).
 
+    Only the declared columns are kept, taken by position under their exact names: a catalog
+    table's other columns are the curator's, and a view over files whose schema Spark infers
+    from the records (JSON) has a column for a key one record holds. Kept, such a column was
+    refused with the input (`refuse_case_clashes`: a name this Python's Unicode does not know,
+    or the twin in letter case of a declared one, which also made the declared one ambiguous),
+    so the author's run stopped (exit 4) where its neighbour without that record released
+    (review rev66x). A declared column the table lacks stays missing (refused as before).
+
     Returns:
-        The frame with those of its columns cast.
+        The frame of the declared columns it has, cast.
     """
     from pyspark.sql import functions as F
 
     from tabdp.release.declared import convert_leniently_spark
 
-    have = {f.name: f.dataType for f in sdf.schema.fields}
-    casts = {c: convert_leniently_spark(F.col(c), have[c], t) for c, t in schema.items()
-             if c in have}
-    return sdf.withColumns(casts) if casts else sdf
+    fields = list(sdf.schema.fields)
+    where = {f.name: i for i, f in enumerate(fields)}
+    # by position: under spark.sql.caseSensitive=false a name is ambiguous beside its twin
+    by_pos = sdf.toDF(*[f"__tabdp_decl{i}" for i in range(len(fields))])
+    cols = [convert_leniently_spark(F.col(f"__tabdp_decl{where[c]}"), fields[where[c]].dataType,
+                                    t).alias(c)
+            for c, t in schema.items() if c in where]
+    return by_pos.select(*cols)
 
 
 def refuse_case_clashes(spark: Any, sdf: Any) -> None:
@@ -191,14 +203,18 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
 
 
 def check_table_columns(spark: Any, table: str) -> None:
-    """Curator mode: refuse a catalog table's column names from the catalog (no data read).
+    """Curator mode: refuse a catalog table's column names from its schema (nothing written).
 
     Under ``spark.sql.caseSensitive=false`` (Spark's default), names equal in letter case as
     Spark compares them, or holding a code point this Python's Unicode database does not know,
-    cannot be read apart (`refuse_case_clashes`). A catalog table's names come from the
-    catalog (``spark.table`` runs no job and reads no row): `tabdp.frame.backends.run.SparkRun`
-    calls this with the check that the table exists, before the data phase, so such a table is
-    a spec/usage error (exit 2, nothing read or written), like a missing one. Until stop 66 it
+    cannot be read apart (`refuse_case_clashes`). A catalog table's names come from its
+    schema (for a table, the catalog's: ``spark.table`` runs no job and reads no row):
+    `tabdp.frame.backends.run.SparkRun` calls this with the check that the table exists, before
+    the data phase, so such a table is a spec/usage error (exit 2, nothing written), like a
+    missing one. A view over files whose schema Spark infers from their records (JSON, CSV
+    with ``inferSchema``) runs a job that reads them for its schema here (review rev66x: a
+    temporary or stored view ``SELECT * FROM json.`<folder>``` ran one job, and the refusal
+    said "Nothing was read or written"); the message says so. Until stop 66 it
     was refused in the data phase: exit 4, "the run stopped after reading the confidential
     data", with a ``failure.json`` saying "Nothing was read". Author mode keeps that generic
     failure (the table's columns are the curator's); files keep the data phase's refusal
@@ -217,8 +233,8 @@ def check_table_columns(spark: Any, table: str) -> None:
 def _refuse_case_clashes(spark: Any, columns: list[str], table: str | None = None) -> None:
     """`refuse_case_clashes` of a list of column names.
 
-    ``table``: a catalog table's, from the catalog before the data phase (`check_table_columns`:
-    "Nothing was read or written"); ``None``: the input's, in the data phase (no row read).
+    ``table``: a catalog table's, from its schema before the data phase (`check_table_columns`:
+    nothing written); ``None``: the input's, in the data phase (no row read).
     """
     import unicodedata
 
@@ -227,7 +243,10 @@ def _refuse_case_clashes(spark: Any, columns: list[str], table: str | None = Non
     if str(spark.conf.get(_CASE, "false")).lower() == "true":
         return
     # the data phase has opened the input (its schema), never a row
-    read = "No row was read." if table is None else "Nothing was read or written."
+    read = "No row was read." if table is None else (
+        "Nothing was written (the names are the table's schema: the catalog's, no row read, "
+        "unless the table is a view over files whose schema Spark infers from their records, "
+        "e.g. JSON, which it reads for that).")
     where, key = ("the input", "input") if table is None else \
         (f"the Spark catalog's table {table!r}", "input.table")
     unknown = unknown_letters(columns)

@@ -43,11 +43,22 @@ _TEXT = (pl.String, pl.Categorical, pl.Enum)
 _NO_DATA = "Checked from the schema alone: no data was read."
 
 
-def _key_refusal(err: ColumnTypeError, *, author: bool) -> str:
+def _zone_of(dtype: Any) -> str | None:
+    """A Datetime's time zone (``""``: none; a Date has none), ``None`` for other types."""
+    if isinstance(dtype, pl.Datetime):
+        return dtype.time_zone or ""
+    return "" if dtype == pl.Date else None
+
+
+def _key_refusal(err: ColumnTypeError, *, author: bool,
+                 pairs: Sequence[tuple[Any, Any]] = ()) -> str:
     """The engine's refusal of a key pair, with a hint for a spec's author (not Python's).
 
     The engine's message ends with a hint for Python callers (``pl.col(c).cast(...)``), which
     a spec cannot do: the reason is kept, the hint says what to change in the spec instead.
+    ``pairs``: the refused (data, public values) dtypes; a nested column or a time zone on one
+    side only gets its own hint (review rev66x: both were told to give the public values "in
+    the column's own kind", which they were, or which a spec cannot do).
 
     Example:
         >>> from tabdp.frame.keys import check_key_pair
@@ -59,6 +70,29 @@ def _key_refusal(err: ColumnTypeError, *, author: bool) -> str:
         (False, True, True)
     """
     reason = str(err).split("\nHint:", 1)[0].rstrip()
+    for have, want in pairs:
+        if have.is_nested() or want.is_nested():
+            column = ("ask the data's curator for a column holding the value inside that is the "
+                      "key" if author else "store the value inside that is the key as a column "
+                      "of its own in the data before the release")
+            return (f"{reason} {_NO_DATA}\nHint: a nested column (List, Array, Struct) cannot "
+                    "key a spec's table, whose public values hold one value each; "
+                    f"{column}, and group by that column (or leave this one out of by).")
+        zh, zw = _zone_of(have), _zone_of(want)
+        if zh is not None and zw is not None and bool(zh) != bool(zw):
+            if zh:
+                give = (f"timestamps in the column's time zone ({zh!r})")
+                store = ("ask the data's curator to declare the column without it" if author
+                         else "store the column in the data without a time zone (its wall "
+                              "times) before the release")
+            else:
+                give = ("timestamps without a time zone (the column's wall times"
+                        + ("; a declared Datetime column holds UTC times)" if author else ")"))
+                store = (f"ask the data's curator to declare the column in {zw!r}" if author
+                         else f"store the column in the data in the time zone {zw!r} before "
+                              "the release")
+            return (f"{reason} {_NO_DATA}\nHint: give the public values (the domain, hierarchy "
+                    f"or allowed keys) as a Parquet file of {give}; or {store}.")
     store = ("ask the data's curator to declare the column in that kind" if author else
              "store the column in the data in that kind before the release")
     return (f"{reason} {_NO_DATA}\nHint: give the public values (the domain, hierarchy "
@@ -241,7 +275,8 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
                 raise SpecError(f"tables[{i}].by[{j}]",
                                 f"key column {c!r} (table {t.name!r}) is {have} in {source} "
                                 f"and cannot be compared with {where}: "
-                                f"{_key_refusal(err, author=author)}") from None
+                                f"{_key_refusal(err, author=author, pairs=[(have, want)])}"
+                                ) from None
             have = want
         compared[c] = have
         if t.keys_file is not None:
@@ -253,19 +288,21 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
             raise SpecError(f"tables[{i}].by[{j}]",
                             f"key column {c!r} (table {t.name!r}) is {have} in {source} and "
                             f"cannot be compared with {where}: "
-                            f"{_key_refusal(err, author=author)}") from None
+                            f"{_key_refusal(err, author=author, pairs=[(have, want)])}"
+                            ) from None
     if keys_frame is not None:
         # in author mode a column with a domain is compared in the domain's type; one without
         # (an allowed-keys file alone) in its declared type, as the run compares it (stop 65:
         # skipped, the run stopped with the data-dependent failure, exit 4)
+        pairs = [(compared[c], keys_frame.schema[c]) for c in t.by]
         try:
             check_cell_keys(pl.Schema(compared), KeySet.from_frame(keys_frame.select(t.by)),
                             list(t.by))
         except ColumnTypeError as err:
             raise SpecError(f"tables[{i}].keys",
                             f"the allowed keys of table {t.name!r} cannot be compared with "
-                            f"{source}'s key columns: {_key_refusal(err, author=author)}"
-                            ) from None
+                            f"{source}'s key columns: "
+                            f"{_key_refusal(err, author=author, pairs=pairs)}") from None
 
 
 def spec_input_schema(spec: ReleaseSpec) -> tuple[dict[str, Any], str] | None:

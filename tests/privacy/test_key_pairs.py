@@ -260,3 +260,68 @@ def test_pandas_nullable_text_and_bytes_follow_the_same_rule() -> None:
                             session=tabdp.Session(seed=1))
             want = [3.0] if keys is NULL_KEYS else [2.0]
             assert [round(v, 2) for v in out["x"]] == want, (name, i)
+
+
+_TZ_SPEC = """
+[release]
+name = "zones"
+[input]
+path = "in.parquet"
+bounds = {{ v = [0, 100] }}
+[domains]
+k = {{ file = "dom.parquet" }}
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["k"]
+{keys}
+mechanism = {{ family = "gaussian", sigma = 3 }}
+[output]
+public = "pub"
+confidential = "conf"
+"""
+
+
+@pytest.mark.parametrize(("data", "public", "keys_file", "want", "not_want"), [
+    (pl.Datetime("us", "Asia/Tokyo"), pl.Datetime("us"), False,
+     "timestamps in the column's time zone ('Asia/Tokyo')", "own kind"),
+    (pl.Datetime("us"), pl.Datetime("us", "America/New_York"), False,
+     "timestamps without a time zone", "own kind"),
+    (pl.Datetime("us"), pl.Datetime("us", "America/New_York"), True,
+     "timestamps without a time zone", "own kind"),
+    (pl.List(pl.String), pl.String, False, "nested column (List, Array, Struct) cannot key",
+     "Parquet file of that type"),
+    (pl.Boolean, pl.Int64, False, "[true, false]", "time zone"),
+])
+def test_spec_key_refusal_hint_fits_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: Any, public: Any,
+        keys_file: bool, want: str, not_want: str) -> None:
+    """A time zone on one side, or a nested column, gets a hint a spec can follow (rev66x).
+
+    Before, every key-kind refusal (stop 66) told the author to give the public values "in the
+    key column's own kind" or as "a Parquet file of that type": timestamps against timestamps
+    are of one kind (the zone differs), and a nested domain is refused by the spec itself.
+    """
+    from tabdp.exceptions import SpecError
+    from tabdp.release.input_schema import check_input_schema
+    from tabdp.release.spec import load_spec
+
+    monkeypatch.chdir(tmp_path)
+    values = (pl.Series("k", [True, False]) if public == pl.Boolean
+              else pl.Series("k", [1, 2], dtype=public) if public == pl.Int64
+              else pl.Series("k", ["a"], dtype=public) if public == pl.String
+              else pl.Series("k", [dt.datetime(2020, 1, 1)]).cast(pl.Datetime("us"))
+              .dt.replace_time_zone(public.time_zone))
+    pl.DataFrame([values]).write_parquet(tmp_path / "dom.parquet")
+    text = _TZ_SPEC.format(keys='keys = { file = "dom.parquet" }' if keys_file else "")
+    if keys_file:
+        text = text.replace('[domains]\nk = { file = "dom.parquet" }\n', "")
+    (tmp_path / "s.toml").write_text(text, encoding="utf-8")
+    spec = load_spec(tmp_path / "s.toml")
+    with pytest.raises(SpecError) as err:
+        check_input_schema(spec, {"k": data, "v": pl.Int64})
+    msg = str(err.value)
+    assert ("tables[0].keys" if keys_file else "tables[0].by[0]") in msg
+    hint = msg.split("Hint:", 1)[1]
+    assert want in hint and not_want not in hint and "pl." not in msg, msg
+    assert "no data was read" in msg

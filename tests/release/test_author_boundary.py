@@ -359,6 +359,10 @@ def test_declared_schema_columns(tmp_path: Path) -> None:
     ({"defaults": {"budget": {"rho": -1}}}, "defaults.budget.rho"),
     ({"defaults": {"budget": {"rho": {"x": 1.0}}}}, "defaults.budget.rho"),
     ({"defaults": {"budget": {"limit": 1.0}}}, "defaults.budget.limit"),
+    # rev66x: a falling curve (or a size twice) was accepted here and refused in every author
+    # spec taking the default, at its own key budget.rho.1e7, which the spec does not have
+    ({"defaults": {"budget": {"rho": {"1e3": 5.0, "1e7": 1.0}}}}, "defaults.budget.rho.1e7"),
+    ({"defaults": {"budget": {"rho": {"1e3": 1.0, "1000": 2.0}}}}, "defaults.budget.rho.1000"),
     ({"defaults": {"level": 2}}, "defaults.level"),
     ({"defaults": {"delta": 0.5}}, "defaults.delta"),  # r39: δ of statements <= 1e-3
     ({"extra": 1}, "extra"),

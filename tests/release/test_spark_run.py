@@ -403,7 +403,7 @@ def test_a_catalog_table_with_an_unknown_letter_is_refused_before_the_data(
         spec = _spec(tmp_path, source='table = "s66_odd"', unit="", tables=ROW_TABLES)
         code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
         assert code == 2, err
-        assert "does not know" in err and "Nothing was read or written" in err
+        assert "does not know" in err and "Nothing was written" in err
         assert "data-dependent" not in err and not (tmp_path / "out").exists()
     finally:
         spark.catalog.dropTempView("s66_odd")
@@ -414,3 +414,101 @@ def test_a_catalog_table_with_an_unknown_letter_is_refused_before_the_data(
     assert failure["error"] == "SpecError" and "does not know" in failure["message"]
     assert "No row was read." in failure["message"] and "Nothing was read" not in \
         failure["message"]
+
+
+@pytest.mark.spark
+def test_a_view_inferring_its_schema_from_records_is_not_said_to_read_nothing(
+        spark: Any, tmp_path: Path) -> None:
+    """A view over JSON files: Spark reads the records for its schema (review rev66x).
+
+    The stop-66 check of a catalog table's names ran ``spark.table(view).columns``, which for
+    ``SELECT * FROM json.`<folder>``` runs a job reading every record (the names are the
+    union of the records' keys: here one record's), and the refusal said "Nothing was read
+    or written". It now says nothing was written and that such a view is read for its schema.
+    """
+    odd = "a" + chr(0x378)
+    (tmp_path / "j").mkdir()
+    lines = generate_establishments(20, seed=3).write_ndjson().splitlines()
+    lines[0] = lines[0][:-1] + f', "{odd}": 1}}'  # one record holds the odd key
+    (tmp_path / "j" / "part.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW s66_json AS SELECT * FROM "
+              f"json.`{(tmp_path / 'j').as_posix()}`")
+    sc = spark.sparkContext
+    try:
+        sc.setJobGroup("rev66x-view", "the view's schema")
+        spec = _spec(tmp_path, source='table = "s66_json"', unit="", tables=ROW_TABLES)
+        code, _, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+        assert sc.statusTracker().getJobIdsForGroup("rev66x-view")  # the records were read
+        assert code == 2 and "does not know" in err, err
+        assert "Nothing was read" not in err and "Nothing was written" in err
+        assert "infers from their records" in err and not (tmp_path / "out").exists()
+    finally:
+        sc.setJobGroup("", "")
+        spark.catalog.dropTempView("s66_json")
+
+
+_AUTHOR_VIEW_SPEC = """
+[release]
+name = "x"
+[input]
+dataset = "d"
+unit = "id"
+unit_nulls = "drop"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+bounds = { v = [0, 100] }
+[domains]
+k = ["a", "b"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["k"]
+mechanism = { family = "gaussian", sigma = 3 }
+[randomness]
+seed = 7
+"""
+
+
+@pytest.mark.spark
+def test_author_view_one_record_with_an_odd_key_runs_as_its_neighbour(
+        spark: Any, tmp_path: Path) -> None:
+    """Author mode, a catalog view over JSON: one record's undeclared key (review rev66x).
+
+    The view's columns are the union of its records' keys. Every column of the table was
+    checked with the input, so one record holding a key this Python's Unicode does not know
+    stopped the run (exit 4, "data-dependent failure") where its neighbour without that
+    record released. Only declared columns are read now.
+    """
+    key = "a" + chr(0x378)
+    views = []
+    recs = [{"id": i, "k": "ab"[i % 2], "v": i % 7} for i in range(40)]
+    for name, extra in (("without", {}), ("with", {key: 1})):
+        d = tmp_path / name
+        (d / "j").mkdir(parents=True)
+        (d / "pub").mkdir()
+        rows = [dict(r) for r in recs]
+        rows[0].update(extra)
+        (d / "j" / "p.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n",
+                                        encoding="utf-8")
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW rev66x_{name} AS SELECT * FROM "
+                  f"json.`{(d / 'j').as_posix()}`")
+        (d / "curator.toml").write_text(
+            f'[datasets.d]\ntable = "rev66x_{name}"\n'
+            'schema = { "id" = "Int64", "k" = "String", "v" = "Int64" }\n'
+            f'[public]\nfolders = ["{(d / "pub").as_posix()}"]\n'
+            f'[output]\nroot = "{(d / "releases").as_posix()}"\n'
+            "[testing]\nseeded_author_runs = true\n", encoding="utf-8")
+        (d / "s.toml").write_text(_AUTHOR_VIEW_SPEC, encoding="utf-8")
+        try:
+            code, out, err = _run("run", str(d / "s.toml"), "--curator",
+                                  str(d / "curator.toml"), "--engine", "spark", "--test-seed")
+        finally:
+            spark.catalog.dropTempView(f"rev66x_{name}")
+        public = pl.read_parquet(d / "releases" / "x" / "public" / "t.parquet") \
+            if code == 0 else None
+        views.append((code, err.replace(str(d), "<D>"), public))
+    assert views[0][0] == views[1][0] == 0, views
+    assert views[0][1] == views[1][1]
+    assert views[0][2] is not None and views[0][2].equals(views[1][2])
