@@ -1808,17 +1808,17 @@ def _batches(lf: pl.LazyFrame, groups: list[int] | None = None) -> Any:
                 if b.height:
                     yield b
             off += n
-        while True:  # rows beyond the counts (none for the file's own footer)
-            b = lf.slice(off, _SLICE_ROWS).collect(engine="streaming")
-            if b.height:
-                yield b
-            if b.height < _SLICE_ROWS:
-                return
-            off += _SLICE_ROWS
+        # rows beyond the counts (none for the file's own footer)
+        yield from _slices_from(lf, off)
+        return
     if hasattr(pl.LazyFrame, "collect_batches"):
         yield from lf.collect_batches()
         return
-    off = 0
+    yield from _slices_from(lf, 0)
+
+
+def _slices_from(lf: pl.LazyFrame, off: int) -> Any:
+    """The frame's rows from row ``off`` on, in slices of `_SLICE_ROWS` (streaming engine)."""
     while True:
         b = lf.slice(off, _SLICE_ROWS).collect(engine="streaming")
         if b.height:
