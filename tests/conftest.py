@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 import os
 import shutil
@@ -316,9 +317,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (``make test``); a developer deselects them with ``-m "not spark_full"``.
     """
     seen: dict[str, set[str]] = {}
+    no_pyspark = importlib.util.find_spec("pyspark") is None
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)  # a Spark session (a JVM): never in the loop
+        dtest = getattr(item, "dtest", None)
+        if dtest is not None and any("pyspark" in ex.source for ex in dtest.examples):
+            # a doctest of Spark's types needs PySpark (the spark extra), as the Spark tests:
+            # a fresh clone's `make test-fast` failed on one without it (stop 66)
+            item.add_marker(pytest.mark.spark)
+            if no_pyspark:
+                item.add_marker(pytest.mark.skip(reason="PySpark is not installed (the spark "
+                                                        "extra)"))
         if item.name in CI_ONLY_DOCTESTS:
             item.add_marker(pytest.mark.slow)
         callspec = getattr(item, "callspec", None)
