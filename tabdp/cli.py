@@ -421,9 +421,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("spec", type=Path)
     c.add_argument("--sdc", default=None, metavar="OPTIONS",
                    help="traditional release, e.g. \"p=10; nk=2,85; freq=3; secondary=MOD\" "
-                        "(secondary OPT, MOD or RND; base=N for RND; linked=auto|on|off: "
-                        "tables sharing cells protected as linked tables; default p=10; "
-                        "secondary=MOD; linked=auto). Needs pip install 'tabdp[sdc]'")
+                        "(secondary OPT, MOD or RND; base=N for RND; time=N: the solver's time "
+                        "limit in minutes; linked=auto|on|off: tables sharing cells protected "
+                        "as linked tables; default p=10; secondary=MOD; time=10; linked=auto). "
+                        "Needs pip install 'tabdp[sdc]'")
     c.add_argument("--out", type=Path, default=None,
                    help="comparison folder (default: <confidential>/compare; never inside the "
                         "public folder)")

@@ -168,7 +168,7 @@ def _bad(text: str, got: str, allowed: str) -> InvalidParameterError:
     return InvalidParameterError(
         f"--sdc: {text}; got {got!r}. Allowed: {allowed}.\nHint: write the options as "
         "'p=10; nk=2,85; freq=3; secondary=OPT' (secondary OPT, MOD or RND; base=N for RND; "
-        "linked=auto, on or off).")
+        "time=N solver minutes; linked=auto, on or off).")
 
 
 def parse_sdc(text: str | None) -> SdcOptions:

@@ -377,8 +377,9 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
             if col not in domains:
                 _fail(f"{tp}.by", f"by column {col!r} has no public domain (known domains: "
                                   f"{_names(sorted(domains))}).{_maybe(col, sorted(domains))}",
-                      f"add domains.{col} = [...], make {col!r} a hierarchy level, or give "
-                      "keys = { file = ... } with the allowed combinations.")
+                      f"add {col} = [...] in the [domains] section, make {col!r} a "
+                      "hierarchy level, or give the table keys = { file = ... } with the "
+                      "allowed combinations.")
     calibration = None
     if "mechanism" in d and "calibrate" in d:
         _fail(tp, "give either mechanism or calibrate, not both; got both.",

@@ -1,0 +1,151 @@
+"""The fix an error's hint suggests works when applied literally (review rev67w).
+
+Each case is a spec (or command line) that fails, and the same spec with the hint's fix
+applied as the hint words it; the fixed spec must then validate.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from tabdp.cli import main
+from tabdp.compare.sdc import parse_sdc
+from tabdp.datasets import cbp_sample_path, hierarchy_path
+from tabdp.exceptions import InvalidParameterError
+
+_BASE = '''
+[release]
+name = "t"
+[input]
+path = "SAMPLE"
+unit = "estab_id"
+[hierarchies.geo]
+file = "GEOGRAPHY"
+levels = ["state", "county"]
+DOMAINS
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county", "naics2"]
+mechanism = { family = "gaussian", sigma = 1e5 }
+'''
+_DOMAINS = '[domains]\nnaics2 = ["11", "21"]'
+_CONSISTENT = 'consistent = true\nrollups = [{ by = ["state", "naics2"], direct = true }]\n'
+
+
+def _spec(domains: str = _DOMAINS, table: str = "", input_: str = "") -> str:
+    text = (_BASE.replace("DOMAINS", domains).replace("SAMPLE", cbp_sample_path().as_posix())
+            .replace("GEOGRAPHY", hierarchy_path("geography").as_posix()) + table)
+    return text.replace('unit = "estab_id"\n', f'unit = "estab_id"\n{input_}', 1)
+
+
+def _validate(tmp_path: Path, spec: str) -> tuple[int, str]:
+    path = tmp_path / "release.toml"
+    path.write_text(spec, encoding="utf-8")
+    out = io.StringIO()
+    rc = main(["validate", str(path)], stdout=out, stderr=out)
+    return rc, out.getvalue()
+
+
+# (id, failing spec, words of the hint, spec with the hint applied literally)
+_CASES = [
+    # The hint said "add domains.naics2 = [...]": added at the end of a spec (after
+    # [[tables]] or [output]) that dotted key lands inside the last table and is refused there.
+    ("by column without a domain", _spec(domains=""),
+     "add naics2 = [...] in the [domains] section",
+     _spec(domains="") + '[domains]\nnaics2 = ["11", "21"]\n'),
+    ("nonfinite clamp without bounds", _spec(input_='nonfinite = "clamp"\n'),
+     "add input.bounds = { payroll = [0, 1e10] }",
+     _spec(input_='nonfinite = "clamp"\nbounds = { payroll = [0, 1e10] }\n')),
+    ("sum table without a mechanism",
+     _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }\n', ""),
+     'add calibrate = { family = "exp_polylog", targets = { "2.5e5" = 0.5, "2e10" = 50.0 }, '
+     'typical_total = 1e7, fixed = { p = 1 } }',
+     _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }',
+                     'calibrate = { family = "exp_polylog", targets = { "2.5e5" = 0.5, '
+                     '"2e10" = 50.0 }, typical_total = 1e7, fixed = { p = 1 } }')),
+    ("consistent without a direct rollup",
+     _spec(table='consistent = true\nrollups = [{ by = ["state", "naics2"] }]\n'),
+     "add direct = true to a rollup", _spec(table=_CONSISTENT)),
+    ("consistent with a non-additive mechanism",
+     _spec(table=_CONSISTENT).replace('{ family = "gaussian", sigma = 1e5 }',
+                                      '{ family = "log", sigma = 0.3, offset = 1e4 }'),
+     'use e.g. family = "gaussian", "exp_polylog" or "laplace"',
+     _spec(table=_CONSISTENT).replace('{ family = "gaussian", sigma = 1e5 }',
+                                      '{ family = "laplace", scale = 1e5 }')),
+    ("integer with a coarse grid", _spec(table="grid = 1000.0\ninteger = true\n" + _CONSISTENT),
+     "set grid = 1.0, or remove integer",
+     _spec(table="grid = 1.0\ninteger = true\n" + _CONSISTENT)),
+    ("global rounding swamping the noise",
+     _spec().replace("[output]", "[publication]\nround = 1e7\n[output]"),
+     "tables[0].publication = { round = false }",
+     _spec(table="publication = { round = false }\n").replace(
+         "[output]", "[publication]\nround = 1e7\n[output]")),
+    ("per-measure rounding in [publication]",
+     _spec().replace("[output]", "[publication]\nround = { payroll = 1000 }\n[output]"),
+     "round = 1000.0", _spec().replace("[output]", "[publication]\nround = 1000.0\n[output]")),
+    ("ledger without a unit",
+     _spec().replace('unit = "estab_id"\n', "")
+     + '[ledger]\npath = "led"\nseries = "s"\nlifetime_budget = 8.0\n',
+     'set input.unit = "<stable id column>" (e.g. "estab_id")',
+     _spec() + '[ledger]\npath = "led"\nseries = "s"\nlifetime_budget = 8.0\n'),
+    ("max_cells of zero", _spec(input_="max_cells = 0\n"), "e.g. max_cells = 10",
+     _spec(input_="max_cells = 10\n")),
+    ("discrete mechanism on a fractional grid",
+     _spec(table="grid = 2.5\n").replace('"gaussian", sigma = 1e5',
+                                         '"discrete_gaussian", sigma = 1e5'),
+     "use a whole-number grid (e.g. 10)",
+     _spec(table="grid = 10\n").replace('"gaussian", sigma = 1e5',
+                                        '"discrete_gaussian", sigma = 1e5')),
+    ("hive partitioning of a catalog table",
+     _spec().replace(f'path = "{cbp_sample_path().as_posix()}"',
+                     'table = "db.t"\nhive_partitioning = true'),
+     "remove input.hive_partitioning",
+     _spec().replace(f'path = "{cbp_sample_path().as_posix()}"', 'table = "db.t"')),
+    ("falling calibration targets",
+     _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }',
+                     'calibrate = { family = "exp_polylog", targets = { "1e3" = 5.0, '
+                     '"1e7" = 1.0 }, typical_total = 1e7, fixed = { p = 1 } }'),
+     'e.g. targets = { "1e3" = 0.5, "1e7" = 10.0 }',
+     _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }',
+                     'calibrate = { family = "exp_polylog", targets = { "1e3" = 0.5, '
+                     '"1e7" = 10.0 }, typical_total = 1e7, fixed = { p = 1 } }')),
+]
+
+
+@pytest.mark.parametrize(("bad", "hint", "fixed"), [c[1:] for c in _CASES],
+                         ids=[c[0] for c in _CASES])
+def test_the_hint_fixes_the_spec(tmp_path: Path, bad: str, hint: str, fixed: str) -> None:
+    rc, out = _validate(tmp_path, bad)
+    assert rc == 2, out
+    assert hint in out.split("Hint:", 1)[-1].replace("\n", " "), out
+    rc, out = _validate(tmp_path, fixed)
+    assert rc == 0, out
+
+
+def test_sdc_help_and_hint_name_every_option() -> None:
+    """``--sdc`` accepts ``time=N``; its help and its error hint named every option but that.
+
+    The hint's example options, applied literally, parse.
+    """
+    import argparse
+
+    from tabdp.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sdc_help = next(a.help for a in sub.choices["compare"]._actions if "--sdc" in a.option_strings)
+    with pytest.raises(InvalidParameterError) as err:
+        parse_sdc("p=10; bogus=3")
+    hint = str(err.value).split("Hint:", 1)[1]
+    from tabdp.compare import sdc
+
+    for key in sdc._KEYS:
+        assert f"{key}=" in (sdc_help or "").replace("|", "="), key
+        assert f"{key}=" in hint, key
+    assert parse_sdc("p=10; nk=2,85; freq=3; secondary=OPT; time=5").time == 5
