@@ -200,6 +200,33 @@ def test_every_page_is_in_the_nav() -> None:
     assert pages and not missing, f"pages missing from the mkdocs.yml nav: {missing}"
 
 
+def _fence_errors(text: str) -> list[str]:
+    """Fence lines that open or close nothing: a fence is ``` alone or ```<language>."""
+    bad, inside = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("```"):
+            continue
+        if inside and line.rstrip() == "```":
+            inside = False
+        elif not inside and re.fullmatch(r"```[\w+-]*\s*", line):
+            inside = True
+        else:
+            bad.append(f"{n}: {line}")
+    return bad + (["an unclosed fence at the end"] if inside else [])
+
+
+def test_code_fences_open_and_close() -> None:
+    """Every code block of the docs and the README is closed by a bare fence (rev67w).
+
+    docs/hierarchy.md closed a TOML block with "``` Measured bias": not a closing fence, so
+    the site showed the spec and the paragraph after it as one line of inline code.
+    """
+    assert _fence_errors("```toml\na = 1\n``` text\n") and not _fence_errors("```toml\n```\n")
+    bad = {p.name: e for p in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+           if (e := _fence_errors(p.read_text(encoding="utf-8")))}
+    assert not bad, bad
+
+
 # -- the built site ------------------------------------------------------------------------------
 
 #: A Sphinx role as it appears when mkdocstrings leaves it raw (``:meth:`x``` / ``:meth:<code>``).

@@ -70,3 +70,40 @@ def test_method_calls_author_budget_fits_up_to_the_size_the_page_states() -> Non
     first = float(sizes[np.argmax(over)])
     assert over.any() and 1.9e10 < first < 2.0e10, first
     assert not over[sizes < 1.9e10].any()
+
+
+def test_choosing_a_mechanism_table_is_what_the_code_prints() -> None:
+    """The sd column of the ranking table is what the page's code computes (review rev67w)."""
+    import io
+    from contextlib import redirect_stdout
+
+    page = (ROOT / "docs" / "tutorials" / "choosing-a-mechanism.md").read_text(encoding="utf-8")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        exec(compile(_blocks("tutorials/choosing-a-mechanism.md")[0], "page", "exec"), {})  # noqa: S102
+    sd = {line.split()[0]: float(line.split()[-1]) for line in out.getvalue().splitlines()}
+    rows = re.findall(r"^\| ((?:`\w+`(?:, )?)+) \| .* \| ≈ ([\d.,]+) million \|$", page, re.M)
+    assert len(rows) == 6
+    for families, million in rows:
+        stated = float(million.replace(",", "")) * 1e6
+        digits = len(million.replace(",", "").replace(".", "").lstrip("0"))
+        for family in re.findall(r"`(\w+)`", families):
+            assert abs(sd[family] - stated) <= 0.5 * 10 ** (len(str(round(sd[family]))) - digits), (
+                family, sd[family], million)
+
+
+def test_getting_started_losses_are_as_stated() -> None:
+    """The first sum's toy losses quoted in the prose are the mechanism's (review rev67w)."""
+    import math
+
+    import tabdp
+    from tabdp.privacy.conversions import gdp_epsilon
+
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert "LogTransform(sigma=0.25, offset=10_000.0)" in page
+    mech = tabdp.mechanisms.LogTransform(sigma=0.25, offset=10_000.0)
+    for size, rho, eps in ((1e4, "3.84", "19.9"), (2.5e6, "244", "376")):
+        got = float(mech.rho(size))
+        assert f"$\\rho = {rho}$ ($\\varepsilon = {eps}$ at" in page
+        assert f"{got:.3g}" == rho
+        assert f"{float(gdp_epsilon(math.sqrt(2 * got), 1e-9)):.3g}" == eps
