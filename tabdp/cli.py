@@ -8,10 +8,6 @@ Usage::
     tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
                                          # shares of flagged/negative cells, the guarantee in
                                          # words; no data
-
-``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
-cannot publish usable cells (`tabdp.planning.spec_usability_issues`: public parameters
-only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
     tabdp run release.toml --form wide   # public tables one row per cell (default: the
                                          # spec's output.form, long)
@@ -34,6 +30,13 @@ only); the exit code stays 0.
     tabdp ledger accept-restore PATH [--series S]
                                          # CURATOR ONLY: accept a deliberately restored (older)
                                          # copy of a ledger: its anchor takes the folder's head
+    tabdp compare release.toml [--sdc OPTIONS] [--out DIR]
+                                         # CURATOR ONLY: the DP release against cell
+                                         # suppression or rounding (Tau-Argus), audited
+
+``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
+cannot publish usable cells (`tabdp.planning.spec_usability_issues`: public parameters
+only); the exit code stays 0.
 
 ``validate``, ``plan`` and ``run`` take ``--curator CONFIG``: the curator's configuration
 (`curator_config`: datasets, public metadata folders, output root, defaults),

@@ -368,3 +368,20 @@ def test_math_is_typeset_offline_in_chromium(built_site: Path, page: str) -> Non
                  or _TEX_DELIMITERS.search(e["text"])]
     assert not untypeset, untypeset[:5]
     assert "katex-display" in dom  # display formulas too
+
+
+def test_cli_module_usage_is_one_code_block_naming_every_subcommand() -> None:
+    """The ``tabdp.cli`` docstring's usage lines render as one code block (rev67w).
+
+    A paragraph in the middle of the block, with no blank line before the next usage lines,
+    made the API reference show ``tabdp run``, ``demo`` and ``ledger`` as running text; the
+    block left out ``tabdp compare``.
+    """
+    import tabdp.cli
+
+    lines = (tabdp.cli.__doc__ or "").split("Usage::\n\n", 1)[1].splitlines()
+    end = next(i for i, line in enumerate(lines) if line and not line.startswith("    "))
+    block, rest = lines[:end], lines[end:]
+    assert not any(line.startswith("    tabdp ") for line in rest)
+    commands = {line.split()[1] for line in block if line.startswith("    tabdp ")}
+    assert set(_refgen().cli_subcommands()) <= commands, commands

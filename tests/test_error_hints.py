@@ -149,3 +149,28 @@ def test_sdc_help_and_hint_name_every_option() -> None:
         assert f"{key}=" in (sdc_help or "").replace("|", "="), key
         assert f"{key}=" in hint, key
     assert parse_sdc("p=10; nk=2,85; freq=3; secondary=OPT; time=5").time == 5
+
+
+def test_no_ledger_hint_gives_a_working_init_command(tmp_path: Path) -> None:
+    """``tabdp ledger verify`` of a missing ledger names a ``tabdp ledger init`` that runs.
+
+    The hint said "`tabdp ledger init PATH`", which argparse refuses (--series and
+    --lifetime-budget are required).
+    """
+    import re
+    import shlex
+
+    pytest.importorskip("deltalake")
+    path = tmp_path / "ledger"
+    out = io.StringIO()
+    assert main(["ledger", "verify", str(path)], stdout=out, stderr=out) == 2
+    command = re.search(r"`tabdp (ledger init [^`]*)`", out.getvalue())
+    assert command, out.getvalue()
+    argv = [{"PATH": str(path), "S": "s", "B": "4.0"}.get(a, a)
+            for a in shlex.split(command.group(1))]
+    try:
+        rc = main(argv, stdout=out, stderr=out)
+    except SystemExit as exit_:  # argparse refuses a command line by exiting
+        rc = exit_.code
+    assert rc == 0, out.getvalue()
+    assert main(["ledger", "verify", str(path)], stdout=out, stderr=out) == 0, out.getvalue()

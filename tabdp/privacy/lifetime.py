@@ -1081,7 +1081,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     if not root.is_dir():
         raise LedgerError(f"no ledger at {root}.\nHint: check the path; a new series starts "
                           "with tabdp.Ledger.create(path, series=..., lifetime_budget=...) "
-                          "or `tabdp ledger init PATH`.")
+                          "or `tabdp ledger init PATH --series S --lifetime-budget B`.")
     if accept_restore and not (lock or _locked):
         raise InvalidParameterError(
             "verify_ledger(accept_restore=True) rewrites the ledger's anchor, which needs the "
