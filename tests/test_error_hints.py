@@ -149,6 +149,11 @@ def test_sdc_help_and_hint_name_every_option() -> None:
         assert f"{key}=" in (sdc_help or "").replace("|", "="), key
         assert f"{key}=" in hint, key
     assert parse_sdc("p=10; nk=2,85; freq=3; secondary=OPT; time=5").time == 5
+    defaults = parse_sdc(None)
+    stated = f"p={defaults.p}; secondary={defaults.secondary}; time={defaults.time}; linked="
+    assert stated in (sdc_help or "")
+    page = (Path(__file__).resolve().parents[1] / "docs" / "compare.md").read_text("utf-8")
+    assert f"Default:\n`{stated}{defaults.linked}`" in page
 
 
 def test_no_ledger_hint_gives_a_working_init_command(tmp_path: Path) -> None:

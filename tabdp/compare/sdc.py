@@ -178,7 +178,7 @@ def parse_sdc(text: str | None) -> SdcOptions:
     (``n,k``), ``freq`` (minimum contributors), ``secondary`` (``OPT``, ``MOD`` or ``RND``),
     ``base`` (rounding base), ``time`` (solver minutes) and ``linked`` (``auto``, ``on`` or
     ``off``: protect tables that share cells as linked tables). Unset keys keep their defaults
-    (``p=10; secondary=MOD; linked=auto``).
+    (``p=10; secondary=MOD; time=10; linked=auto``).
 
     Args:
         text: The options (``None`` or empty: the defaults).
