@@ -179,3 +179,18 @@ def test_no_ledger_hint_gives_a_working_init_command(tmp_path: Path) -> None:
         rc = exit_.code
     assert rc == 0, out.getvalue()
     assert main(["ledger", "verify", str(path)], stdout=out, stderr=out) == 0, out.getvalue()
+
+
+def test_existing_plan_out_folder_hint_names_out(tmp_path: Path) -> None:
+    """``tabdp plan --out DIR`` of an existing DIR: the hint names --out, which chose DIR.
+
+    The hint said only "choose a new folder in the spec's [output] section", which does not
+    move a folder given with --out.
+    """
+    spec = tmp_path / "release.toml"
+    spec.write_text(_spec(), encoding="utf-8")
+    (tmp_path / "p1").mkdir()
+    out = io.StringIO()
+    assert main(["plan", str(spec), "--out", str(tmp_path / "p1")], stdout=out, stderr=out) == 2
+    assert "(or another plan --out)" in out.getvalue().split("Hint:", 1)[1], out.getvalue()
+    assert main(["plan", str(spec), "--out", str(tmp_path / "p2")], stdout=out, stderr=out) == 0

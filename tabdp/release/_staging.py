@@ -294,7 +294,8 @@ def _check_target(path: Path, overwrite: bool, what: str,
                 f"{'it' if len(kept) == 1 else 'them'}, with or without --overwrite."
                 if kept else "")
         hint = (_AUTHOR_HINT if author else "Hint: choose a new folder in the spec's [output] "
-                "section, remove the old one, or pass --overwrite.")
+                "section" + (" (or another plan --out)" if what == "plan" else "")
+                + ", remove the old one, or pass --overwrite.")
         raise InvalidParameterError(
             f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
             f"release silently.{note}\n{hint}")
