@@ -385,3 +385,18 @@ def test_cli_module_usage_is_one_code_block_naming_every_subcommand() -> None:
     assert not any(line.startswith("    tabdp ") for line in rest)
     commands = {line.split()[1] for line in block if line.startswith("    tabdp ")}
     assert set(_refgen().cli_subcommands()) <= commands, commands
+
+
+def test_install_pages_name_every_extra() -> None:
+    """README's and Getting started's lists of extras name every extra but ``test`` (rev67w).
+
+    Getting started named neither ``sdc`` nor ``ledger``, the README not ``ledger``.
+    """
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["project"]["optional-dependencies"]) - {"test"}
+    for page in (ROOT / "README.md", DOCS / "getting-started.md"):
+        text = page.read_text(encoding="utf-8")
+        listed = text[text.index("Optional extras:"):].split("\n\n", 1)[0]
+        assert extras <= set(re.findall(r"`tabdp\[(\w+)\]`", listed)), page.name
