@@ -9,7 +9,17 @@ reports the Python driver's peak resident memory during the release (``VmHWM`` o
 ``VmRSS`` as a cross-check) and the JVM heap's peak (``MemoryPoolMXBean`` peaks, reset before the
 release; in ``local`` mode the executors share that JVM, so it is recorded, not asserted).
 
-Sizes: ``TABDP_SPARK_MEMORY_ROWS`` (default ``1000000,10000000``, issue 15's "1M vs 10M").
+Sizes: ``TABDP_SPARK_MEMORY_ROWS`` (default ``250000,2500000``; issue 15's "1M vs 10M" is
+``TABDP_SPARK_MEMORY_ROWS=1000000,10000000``, about 2.5 minutes of CI's 2 cores). At the default
+sizes one float64 per row held on the driver adds 18 MB between the two runs, over twice the 8 MB
+tolerance. Stop 67 (2026-12-07, the machine shared, load 20-28 on 2 cores): growth 25.34 MB at
+250,000 rows and 25.35 MB at 2,500,000 (difference 0.09 MB); the same child with
+``sdf.select("payroll").toPandas()`` added after the sum (the measure column collected to the
+driver) grew 29.0 MB and 61.3 MB, a difference of 32.3 MB, and failed the test. By the
+release-and-report times below (40 s at 1M rows, 133 s at 10M: about 30 s plus 10 s per million
+rows) the default sizes save about 85 s of the 1M/10M run (an estimate: the stop 67 runs, under
+load 20-28, say nothing about time).
+
 Row mode keeps no per-row ledger (``SparkReplayLedger``: the releases' definitions, every row's
 losses replayed in Spark for the report), so 10,000,000 rows pass on ``local[2]`` with a 1 GB
 driver JVM. (The per-row Spark ledger this replaced, one row per input row checkpointed after
@@ -126,20 +136,24 @@ def test_driver_peak_memory_does_not_grow_with_rows(tmp_path: Path, record_prope
 
     Nothing per row reaches the driver, so its growth during the release is the same at both
     sizes (measured: 24.7 MB at 1,000,000 rows, 24.8 MB at 10,000,000). One float64 per row
-    held on the driver would add 8 bytes per extra row: 72 MB between 1M and 10M rows, far
-    above the 8 MB tolerance (which one byte per extra row already exceeds).
+    held on the driver would add 8 bytes per extra row: 18 MB between the default 250,000 and
+    2,500,000 rows (72 MB between 1M and 10M), above the 8 MB tolerance; the sizes must keep
+    that margin (checked below).
     """
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java runtime (java / $JAVA_HOME) for PySpark; run .ci/java")
     sizes = [int(v) for v in os.environ.get("TABDP_SPARK_MEMORY_ROWS",
-                                            "1000000,10000000").split(",")]
+                                            "250000,2500000").split(",")]
     small, big = sizes
+    tolerance = 8 * 2**20
+    # power: one float64 per extra row held on the driver must exceed the tolerance twice over
+    assert 8 * (big - small) > 2 * tolerance, ("sizes too close to detect a row-sized leak",
+                                               sizes)
     runs = [_measure(n, tmp_path / f"n{n}") for n in (small, big)]
     for r in runs:
         record_property(f"spark_memory_{r['rows']}", json.dumps(r))
         print(json.dumps(r))
         assert r["report_rows"] == r["rows"]  # one per-record row per input row, written by Spark
     growth = [r["peak"] - r["rss_before"] for r in runs]
-    tolerance = 8 * 2**20
     assert growth[1] - growth[0] < tolerance, (growth, tolerance, runs)
