@@ -949,3 +949,18 @@ def test_output_files_that_one_file_system_would_merge_are_refused(meta: Path, a
     with pytest.raises(SpecError, match="two outputs would both be written") as info:
         parse_spec(data, meta)
     assert info.value.path == "tables[0].rollups", str(info.value)
+
+
+def test_a_falling_default_budget_curve_is_refused_at_its_key() -> None:
+    # the check a budget curve, a lifetime budget and calibration targets share
+    # (`tabdp._validation.first_fall`): each caller's own words, at the larger size's key
+    from tabdp.release.curator_config import _defaults
+
+    rho = {"1e7": 1.0, "1e3": 2.0, "1e5": 3.0}  # falls first between 1e5 and 1e7
+    with pytest.raises(SpecError) as info:
+        _defaults({"budget": {"rho": rho}})
+    text = str(info.value)
+    assert "defaults.budget.rho.1e7" in text, text
+    assert ("the default budget curve falls with the size: 1 at size '1e7' is below 3 at the "
+            "smaller size '1e5' (a larger unit may not get a smaller budget)") in text, text
+    assert _defaults({"budget": {"rho": {"1e3": 2.0, "1e7": 2.0}}})["budget"]["rho"]
