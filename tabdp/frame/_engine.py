@@ -58,7 +58,7 @@ from tabdp.frame._output import (
     integer_dtype,
     is_integral_release,
 )
-from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
+from tabdp.frame.backends import from_pandas, is_pandas_frame, output_library, release_engine
 from tabdp.frame.binding import cached_snapshot, choose_ledger, keep_snapshot, use_engine
 from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys, key_conversion
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
@@ -328,7 +328,7 @@ def _to_lazy(native: Any) -> tuple[pl.LazyFrame, str]:
         return native.lazy(), "polars"
     if is_pandas_frame(native):
         try:
-            return pl.from_pandas(native).lazy(), "pandas"
+            return from_pandas(native).lazy(), "pandas"
         except Exception as err:  # pyarrow cannot convert a column (mixed object types)
             raise ColumnTypeError(
                 f"the pandas frame cannot be converted for the release ({type(err).__name__}); "
@@ -355,8 +355,10 @@ def _schema_checks(schema: pl.Schema, measures: list[str], by: list[str],
     for m in measures:
         dt = schema[m]
         if not (dt.is_numeric() or isinstance(dt, pl.Decimal)) or dt == pl.Boolean:
+            what = (f"dtype {dt}" if dt != pl.Null else  # (pandas: an object column of None)
+                    "dtype Null (a column of missing values only, without a numeric type)")
             raise ColumnTypeError(
-                f"measure {m!r} has dtype {dt}; sums and quantiles need a numeric column "
+                f"measure {m!r} has {what}; sums and quantiles need a numeric column "
                 "(integer or float).\n"
                 f"Hint: cast it first, e.g. pl.col({m!r}).cast(pl.Float64) or "
                 f"df[{m!r}].astype(float) after cleaning non-numeric values.")
