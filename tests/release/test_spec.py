@@ -609,6 +609,14 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
     ("grid-step", _set(f"{T0}.grid", {"payroll": -1.0}), f"{T0}.grid.payroll", "-1.0"),
     ("grid-count-key", _set(f"{T1}.grid", {"payroll": 1.0}), f"{T1}.grid.payroll",
      "'payroll'"),
+    # a grid and a rounding unit per measure are read by one helper (stop 67): each its words
+    ("grid-empty", _set(f"{T0}.grid", {}), f"{T0}.grid", "must not be an empty table"),
+    ("round-empty", _set(f"{T0}.publication", {"round": {}}), f"{T0}.publication.round",
+     "must not be an empty table"),
+    ("grid-step-words", _set(f"{T0}.grid", {"payroll": 0}), f"{T0}.grid.payroll",
+     "the grid step"),
+    ("round-unit-words", _set(f"{T0}.publication", {"round": {"payroll": -2.0}}),
+     f"{T0}.publication.round.payroll", "the rounding unit"),
     # rollups
     ("rollups-not-array", _set(f"{T0}.rollups", {"by": []}), f"{T0}.rollups", "{'by': []}"),
     ("rollup-bad-column", _set(f"{T0}.rollups[0].by", ["region"]), f"{T0}.rollups[0].by",

@@ -274,6 +274,21 @@ def _refuse_fall(raw: Mapping[str, Any], curve: Mapping[float, float], path: str
         _fail(_join(path, k1), *words(k0, r0, k1, r1))
 
 
+def _per_measure(value: Mapping[Any, Any], path: str, measures: Sequence[str], *, what: str,
+                 hint: str) -> dict[str, float]:
+    """A non-empty table ``{measure = number > 0}`` over ``measures`` (a grid, a rounding unit)."""
+    if not value:
+        _fail(path, "must not be an empty table; got {}.", hint)
+    out = {}
+    for key, v in value.items():
+        kp = _join(path, str(key))
+        if key not in measures:
+            _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(measures)})."
+                      f"{_maybe(str(key), measures)}", hint)
+        out[key] = _number(v, kp, what=what, gt=0.0, hint=hint)
+    return out
+
+
 def _cv(value: Any, path: str) -> float | None:
     hint = "a coefficient of variation such as 0.3, or false to disable the rule."
     if value is False:

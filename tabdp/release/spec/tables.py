@@ -41,6 +41,7 @@ from tabdp.release.spec.schema import (
     _maybe,
     _names,
     _number,
+    _per_measure,
     _refuse_fall,
     _show,
     _size_curve,
@@ -234,16 +235,7 @@ def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
     hint = "a rounding unit > 0 such as grid = 1000.0, or per measure grid = { payroll = 1000.0 }."
     if isinstance(raw, Mapping):
         names = measures if kind == "sum" else ("count",)
-        if not raw:
-            _fail(path, "must not be an empty table; got {}.", hint)
-        out = {}
-        for key, value in raw.items():
-            kp = _join(path, str(key))
-            if key not in names:
-                _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(names)})."
-                          f"{_maybe(str(key), names)}", hint)
-            out[key] = _number(value, kp, what="the grid step", gt=0.0, hint=hint)
-        return out
+        return _per_measure(raw, path, names, what="the grid step", hint=hint)
     return _number(raw, path, what="the grid", gt=0.0, hint=hint)
 
 
