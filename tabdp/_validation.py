@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from tabdp.exceptions import InvalidParameterError
+
+_K = TypeVar("_K")
 
 
 def bounds_text(gt: float | None = None, ge: float | None = None, lt: float | None = None,
@@ -120,3 +123,32 @@ def check_level(level: float) -> float:
     """
     return check_real("level", level, owner="margin of error", gt=0.0, lt=1.0,
                       hint="use e.g. level=0.9 for 90% margins of error")
+
+
+def first_fall(points: Iterable[tuple[float, float, _K]]
+               ) -> tuple[tuple[float, float, _K], tuple[float, float, _K]] | None:
+    """The first place where a size curve falls: a value below the one at the next smaller size.
+
+    Budget curves, lifetime budgets and calibration targets may not fall with the record size
+    (a larger record may not be given less loss than a smaller one); each caller words its own
+    refusal from the two points returned. Equal values do not fall.
+
+    Args:
+        points: ``(size, value, label)`` triples, in any order, with distinct sizes (the
+            label, such as the size as the user wrote it, comes back with its point).
+
+    Returns:
+        ``(smaller, larger)``, the two neighbouring points (in size order) where the value
+        falls first, or None where it never falls.
+
+    Example:
+        >>> first_fall([(1e7, 0.2, "1e7"), (1e3, 0.5, "1e3")])
+        ((1000.0, 0.5, '1e3'), (10000000.0, 0.2, '1e7'))
+        >>> first_fall([(1e3, 0.5, "a"), (1e7, 0.5, "b")]) is None
+        True
+    """
+    pts = sorted(points, key=lambda p: p[0])
+    for lo, hi in zip(pts, pts[1:], strict=False):
+        if hi[1] < lo[1]:
+            return lo, hi
+    return None

@@ -54,7 +54,7 @@ from scipy.special import log_ndtr
 from tabdp import registry
 from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._numeric import ceil_snap
-from tabdp._validation import check_level, check_real
+from tabdp._validation import check_level, check_real, first_fall
 from tabdp.exceptions import CalibrationError, InvalidParameterError, TabdpError
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.additive import (
@@ -215,17 +215,17 @@ def _refuse_decreasing(pairs: Sequence[tuple[float, float, Any]]) -> None:
         ...
         tabdp.exceptions.InvalidParameterError: calibrate: targets decrease with record size: ...
     """
-    for (s0, r0, _), (s1, r1, _) in zip(pairs, pairs[1:], strict=False):
-        if r1 < r0:
-            raise InvalidParameterError(
-                f"calibrate: targets decrease with record size: size {s1:g} is allowed "
-                f"rho = {r1:g}, less than rho = {r0:g} at the smaller size {s0:g}. Every "
-                "mechanism's loss increases with the record size, so the larger "
-                f"size's target would bind and force noise that holds records of size {s1:g} "
-                f"to rho = {r1:g}: records of size {s0:g} would then lose far less than "
-                f"{r0:g} and typical cells get far more noise than intended.\nHint: give "
-                "larger sizes larger (or equal) targets, e.g. targets = {1e3: 0.5, 1e7: 10.0}; "
-                f"for one limit at every size up to {s1:g}, give a single target at {s1:g}.")
+    if (fall := first_fall(pairs)) is not None:
+        (s0, r0, _), (s1, r1, _) = fall
+        raise InvalidParameterError(
+            f"calibrate: targets decrease with record size: size {s1:g} is allowed "
+            f"rho = {r1:g}, less than rho = {r0:g} at the smaller size {s0:g}. Every "
+            "mechanism's loss increases with the record size, so the larger "
+            f"size's target would bind and force noise that holds records of size {s1:g} "
+            f"to rho = {r1:g}: records of size {s0:g} would then lose far less than "
+            f"{r0:g} and typical cells get far more noise than intended.\nHint: give "
+            "larger sizes larger (or equal) targets, e.g. targets = {1e3: 0.5, 1e7: 10.0}; "
+            f"for one limit at every size up to {s1:g}, give a single target at {s1:g}.")
 
 
 def _normalize_fixed(family: str, fixed: Mapping[str, Any]) -> dict[str, Any]:

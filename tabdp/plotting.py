@@ -432,6 +432,15 @@ def _style_log_axes(ax: Axes) -> None:
     ax.set_axisbelow(True)
 
 
+def _titled(fig: Figure, axes: Sequence[Axes], title: str) -> Figure:
+    """``fig`` titled: the figure over several panels (each titled by its unit), else its one."""
+    if len(axes) > 1:
+        fig.suptitle(_text(title))
+    else:
+        axes[0].set_title(_text(title))
+    return fig
+
+
 def _legend(ax: Axes, n: int) -> None:
     if n:
         ax.legend(loc="best", ncols=1 if n <= 6 else 2)
@@ -610,11 +619,7 @@ def _loss_figure(curves: Mapping[str, Sequence[Mapping[str, float | None]]], tit
         ax.set_ylabel(_text(ylabel))
         if unit is not None and len(groups) > 1:
             ax.set_title(_text(unit), fontsize=11)
-    if len(groups) > 1:
-        fig.suptitle(_text(title))
-    else:
-        axes[0].set_title(_text(title))
-    return fig
+    return _titled(fig, axes, title)
 
 
 def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title: str,
@@ -747,8 +752,4 @@ def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
         ax.set_ylabel("relative margin of error (moe / total)")
         if unit is not None and len(groups) > 1:
             ax.set_title(_text(unit), fontsize=11)
-    if len(groups) > 1:
-        fig.suptitle(_text(title))
-    else:
-        axes[0].set_title(_text(title))
-    return fig
+    return _titled(fig, axes, title)

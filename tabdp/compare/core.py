@@ -1061,13 +1061,18 @@ def _sdc_risk(tables: list[dict[str, Any]]) -> dict[str, Any]:
         bad = aud.filter(pl.col("protected") == False)  # noqa: E712
         width = (c["audit_upper"] - c["audit_lower"])
         top = max(float(c["value"].abs().max() or 1.0), 1.0)
+        contributions = int(prim["freq"].sum())
         exact = c.filter((width <= TOL * pl.max_horizontal(pl.col("value").abs(), 1.0)
                           + LP_TOL * top) & pl.col("audit_lower").is_not_null())
         per.append({"table": x["table"], "measure": x["measure"], "method": x["sdc"].method,
                     "primary_cells": prim.height, "audited_primary": aud.height,
                     "under_protected_primary": bad.height,
                     "records_pinned": bad.height,
-                    "records_in_primary_cells": int(prim["freq"].sum()),
+                    # contributors summed over the primary cells: a record (unit) in
+                    # several primary cells is counted in each (not distinct records)
+                    "contributions_to_primary_cells": contributions,
+                    # deprecated (stop 67): the same number, under a name that said records
+                    "records_in_primary_cells": contributions,
                     "withheld_cells_recovered_exactly": exact.height})
         if bad.height:
             b = bad.with_columns(

@@ -29,6 +29,7 @@ depends on one record except through the noise):
 from __future__ import annotations
 
 import difflib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -58,7 +59,7 @@ from tabdp.frame._output import (
     integer_dtype,
     is_integral_release,
 )
-from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
+from tabdp.frame.backends import from_pandas, is_pandas_frame, output_library, release_engine
 from tabdp.frame.binding import cached_snapshot, choose_ledger, keep_snapshot, use_engine
 from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys, key_conversion
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
@@ -328,7 +329,7 @@ def _to_lazy(native: Any) -> tuple[pl.LazyFrame, str]:
         return native.lazy(), "polars"
     if is_pandas_frame(native):
         try:
-            return pl.from_pandas(native).lazy(), "pandas"
+            return from_pandas(native).lazy(), "pandas"
         except Exception as err:  # pyarrow cannot convert a column (mixed object types)
             raise ColumnTypeError(
                 f"the pandas frame cannot be converted for the release ({type(err).__name__}); "
@@ -355,8 +356,10 @@ def _schema_checks(schema: pl.Schema, measures: list[str], by: list[str],
     for m in measures:
         dt = schema[m]
         if not (dt.is_numeric() or isinstance(dt, pl.Decimal)) or dt == pl.Boolean:
+            what = (f"dtype {dt}" if dt != pl.Null else  # (pandas: an object column of None)
+                    "dtype Null (a column of missing values only, without a numeric type)")
             raise ColumnTypeError(
-                f"measure {m!r} has dtype {dt}; sums and quantiles need a numeric column "
+                f"measure {m!r} has {what}; sums and quantiles need a numeric column "
                 "(integer or float).\n"
                 f"Hint: cast it first, e.g. pl.col({m!r}).cast(pl.Float64) or "
                 f"df[{m!r}].astype(float) after cleaning non-numeric values.")
@@ -590,6 +593,42 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     return plan, base.select(sums) if sums else None, strays
 
 
+class RowIds:
+    """A row-mode snapshot's row ids: one read-only Int64 array, made on first use, set once.
+
+    Shared by a snapshot and the copies a release trims of it; `get` makes the array under a
+    lock, so threads reading the ids together make it once, and nothing can replace it.
+
+    Example:
+        >>> ids = RowIds()
+        >>> a = ids.get(lambda: np.arange(3))
+        >>> ids.get(lambda: np.zeros(3)) is a, a.flags.writeable
+        (True, False)
+    """
+
+    __slots__ = ("_ids", "_lock")
+
+    def __init__(self) -> None:
+        self._ids: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def get(self, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """The ids, made by ``make`` (then read-only) on the first call only.
+
+        Args:
+            make: Makes the Int64 array of the snapshot's row ids.
+
+        Returns:
+            The one array, read-only.
+        """
+        with self._lock:
+            if self._ids is None:
+                ids = make()
+                ids.flags.writeable = False
+                self._ids = ids
+            return self._ids
+
+
 class _Snapshot(NamedTuple):
     data: pl.DataFrame        # unit (or ROW_ID), by, measures (Int128), _ROWS (, _ALL)
     counts: dict[str, int]    # confidential counters over all rows read
@@ -616,8 +655,9 @@ class _Snapshot(NamedTuple):
     # key set of ``cells`` (ROW_ID, the key columns, _ROWS); None when ``data`` holds them.
     strays: pl.DataFrame | None = None
     # Row mode (one row per row id): the row ids of ``data`` as one read-only Int64 array,
-    # once a release read them (`row_ids`), for the next release of the same snapshot.
-    ids: list[np.ndarray] | None = None
+    # made once, when a release first reads them (`row_ids`), for the next release of the same
+    # snapshot (and the copies a release trims, which share it).
+    ids: RowIds | None = None
 
 
 def row_ids(snap: _Snapshot, inside: pl.DataFrame) -> np.ndarray | None:
@@ -629,27 +669,28 @@ def row_ids(snap: _Snapshot, inside: pl.DataFrame) -> np.ndarray | None:
 
     Example:
         >>> snap = _Snapshot(pl.DataFrame({ROW_ID: pl.Series([0, 1], dtype=pl.UInt32)}),
-        ...                  {}, {}, 2, True, ids=[])
+        ...                  {}, {}, 2, True, ids=RowIds())
         >>> ids = row_ids(snap, snap.data)
         >>> ids.tolist(), ids.dtype.name, row_ids(snap, snap.data) is ids
         ([0, 1], 'int64', True)
     """
     if snap.ids is None or inside.height != snap.data.height:
         return None
-    if not snap.ids:
-        col = snap.data[ROW_ID]
+    col = snap.data[ROW_ID]
+
+    def make() -> np.ndarray:
         if col.dtype not in (pl.UInt32, pl.UInt64) or col.null_count():
-            got = np.asarray(col.cast(pl.Int64).to_numpy(), dtype=np.int64)
-        else:  # the row index (below 2**63), widened to Int64 by slices on the threads
-            got = np.empty(len(col), dtype=np.int64)
+            return np.asarray(col.cast(pl.Int64).to_numpy(), dtype=np.int64)
+        # the row index (below 2**63), widened to Int64 by slices on the threads
+        got = np.empty(len(col), dtype=np.int64)
 
-            def widen(lo: int, hi: int) -> None:
-                got[lo:hi] = col.slice(lo, hi - lo).to_numpy()
+        def widen(lo: int, hi: int) -> None:
+            got[lo:hi] = col.slice(lo, hi - lo).to_numpy()
 
-            on_slices(len(col), widen)
-        got.flags.writeable = False
-        snap.ids.append(got)
-    return snap.ids[0]
+        on_slices(len(col), widen)
+        return got
+
+    return snap.ids.get(make)
 
 
 def drops_rows(rules: _Rules) -> bool:
@@ -838,7 +879,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         cells[(id(keys), tuple(by))] = (keys, data[_CELL])
         data = data.drop(_CELL)
     return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
-                     cells=cells, strays=stray_rows, ids=[] if per_row else None)
+                     cells=cells, strays=stray_rows, ids=RowIds() if per_row else None)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:

@@ -106,6 +106,7 @@ from typing import Any, NoReturn
 
 import polars as pl
 
+from tabdp._validation import first_fall
 from tabdp.exceptions import LedgerError, PrivacyWarning, SpecError, warn_each_time
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
@@ -388,18 +389,19 @@ def _defaults(raw: Any) -> dict[str, Any]:
         # [budget] got "budget.rho.1e7: the budget curve falls with the size")
         pts = sorted((float(k), float(v), str(k)) for k, v in rho.items()) \
             if isinstance(rho, Mapping) else []
-        for (s0, r0, k0), (s1, r1, k1) in zip(pts, pts[1:], strict=False):
+        for (s0, _, k0), (s1, _, k1) in zip(pts, pts[1:], strict=False):
             if s1 == s0:
                 _fail(f"defaults.budget.rho.{k1}", f"size {k1!r} = {s1:g} is given twice in "
                                                    f"the default budget curve (also as {k0!r}).",
                       "keep one entry per size.")
-            if r1 < r0:
-                _fail(f"defaults.budget.rho.{k1}",
-                      f"the default budget curve falls with the size: {r1:g} at size {k1!r} is "
-                      f"below {r0:g} at the smaller size {k0!r} (a larger unit may not get a "
-                      "smaller budget).",
-                      'give larger sizes larger (or equal) limits, e.g. budget = { rho = { '
-                      '"1e3" = 0.5, "1e7" = 10.0 } }.')
+        if (fall := first_fall(pts)) is not None:
+            (_, r0, k0), (_, r1, k1) = fall
+            _fail(f"defaults.budget.rho.{k1}",
+                  f"the default budget curve falls with the size: {r1:g} at size {k1!r} is "
+                  f"below {r0:g} at the smaller size {k0!r} (a larger unit may not get a "
+                  "smaller budget).",
+                  'give larger sizes larger (or equal) limits, e.g. budget = { rho = { '
+                  '"1e3" = 0.5, "1e7" = 10.0 } }.')
         out["budget"] = dict(budget)
     if "level" in d:
         out["level"] = _number(d["level"], "defaults.level", "e.g. level = 0.9.", 0.0, 1.0)

@@ -225,7 +225,7 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
                "its largest contributor; a record largest in several is counted per cell)",
                H._e(sd.get("records_pinned"))))
     srows = [[p["table"], p["measure"], p["method"], p["primary_cells"],
-              p["records_in_primary_cells"], p["under_protected_primary"],
+              p["contributions_to_primary_cells"], p["under_protected_primary"],
               p["withheld_cells_recovered_exactly"]] for p in sd.get("tables") or []]
     wrows = [[w["table"], w["measure"], w["cell"], w["contributors"], _num(w["value"]),
               _num(w["largest"]), f"[{_num(w['interval'][0])}, {_num(w['interval'][1])}]",

@@ -172,3 +172,30 @@ def test_small_cell_beside_a_huge_one_is_judged_on_its_own_scale() -> None:
     risk = _sdc_risk([x])
     assert risk["records_pinned"] == 1
     assert risk["tables"][0]["withheld_cells_recovered_exactly"] == 0
+
+
+def test_contributions_to_primary_cells_count_a_record_once_per_primary_cell() -> None:
+    # "records_in_primary_cells" summed the primary cells' contributor counts: a record in two
+    # primary cells was counted twice, not a number of records; the key says what it counts,
+    # and the old name stays one release, deprecated, with the same value
+    import polars as pl
+
+    from tabdp.compare.core import _sdc_risk
+    from tabdp.compare.sdc import SdcTable
+
+    d = build_dim("k", ["a", "b"], {})
+    cells = pl.DataFrame({
+        "k": ["Total", "a", "b"], "value": [30.0, 10.0, 20.0], "freq": [3, 2, 2],
+        "x1": [10.0, 6.0, 15.0], "x2": [5.0, 4.0, 5.0], "status": ["S", "U", "U"],
+        "lpl": [0.0, 1.0, 1.0], "upl": [0.0, 1.0, 1.0], "published": [True, False, False],
+        "cell_key": ["k=total:Total", "k=k:a", "k=k:b"],
+        "audit_lower": [None, None, None], "audit_upper": [None, None, None],
+        "protected": [None, None, None]},
+        schema_overrides={"audit_lower": pl.Float64, "audit_upper": pl.Float64,
+                          "protected": pl.Boolean})
+    x = {"table": "t", "measure": "m", "kind": "sum", "by": ["k"], "dims": [d],
+         "sdc": SdcTable([d], cells, "MOD"), "cells": cells}
+    row = _sdc_risk([x])["tables"][0]
+    # 3 records in all; one of them contributes to both primary cells: 4 contributions
+    assert row["contributions_to_primary_cells"] == 4
+    assert row["records_in_primary_cells"] == row["contributions_to_primary_cells"]

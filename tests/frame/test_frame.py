@@ -805,3 +805,19 @@ def test_same_frame_with_key_sets_of_different_dtypes(make_frame, to_pl, unit):
         frame.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["1.0", "2.0"]),
                      mechanism=TINY, session=s)
     assert len(s.records) == 2
+
+
+def test_pandas_object_column_of_none_is_read_as_polars_reads_nulls():
+    # pl.from_pandas infers String for an object column of None only: a key column of
+    # missing values was "String in the data" against an integer key set (refused, with an
+    # untrue message), and a measure of missing values was called a String column
+    ks = tabdp.KeySet.from_dict(county=[1, 2])
+    none = pd.Series([None, None], dtype=object)
+    keyed = pd.DataFrame({"county": none, "x": [1.0, 2.0]})
+    out = keyed.dp.sum("x", by="county", keys=ks, mechanism=TINY, session=tabdp.Session(seed=1))
+    same = pl.DataFrame({"county": [None, None], "x": [1.0, 2.0]}).dp.sum(
+        "x", by="county", keys=ks, mechanism=TINY, session=tabdp.Session(seed=1))
+    assert out["x"].tolist() == same["x"].to_list()  # no row in any key, as in Polars
+    measured = pd.DataFrame({"county": [1, 2], "x": none})
+    with pytest.raises(tabdp.ColumnTypeError, match="dtype Null .a column of missing values"):
+        measured.dp.sum("x", by="county", keys=ks, mechanism=TINY, session=tabdp.Session(seed=1))

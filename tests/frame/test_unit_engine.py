@@ -539,3 +539,17 @@ def test_on_slices_covers_the_range_once(monkeypatch: pytest.MonkeyPatch) -> Non
 
     engine.on_slices(n, mark)
     assert (hits == 1).all()
+
+
+def test_a_row_mode_snapshots_row_ids_are_made_once_and_cannot_be_replaced() -> None:
+    # the ids were a list that `row_ids` appended to after the snapshot was made: any holder
+    # could append, clear or replace them; now one holder makes them once, read-only
+    snap = engine._Snapshot(pl.DataFrame({ROW_ID: pl.Series([0, 1, 2], dtype=pl.UInt32)}),
+                            {}, {}, 3, True, ids=engine.RowIds())
+    ids = engine.row_ids(snap, snap.data)
+    assert ids is not None and ids.tolist() == [0, 1, 2] and not ids.flags.writeable
+    assert engine.row_ids(snap, snap.data) is ids
+    assert engine.row_ids(snap, snap.data.head(2)) is None  # not every row: not the ids
+    assert not hasattr(snap.ids, "append") and not hasattr(snap.ids, "__dict__")
+    with pytest.raises(AttributeError):
+        snap.ids.ids = None  # type: ignore[union-attr]

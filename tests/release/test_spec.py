@@ -609,6 +609,14 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
     ("grid-step", _set(f"{T0}.grid", {"payroll": -1.0}), f"{T0}.grid.payroll", "-1.0"),
     ("grid-count-key", _set(f"{T1}.grid", {"payroll": 1.0}), f"{T1}.grid.payroll",
      "'payroll'"),
+    # a grid and a rounding unit per measure are read by one helper (stop 67): each its words
+    ("grid-empty", _set(f"{T0}.grid", {}), f"{T0}.grid", "must not be an empty table"),
+    ("round-empty", _set(f"{T0}.publication", {"round": {}}), f"{T0}.publication.round",
+     "must not be an empty table"),
+    ("grid-step-words", _set(f"{T0}.grid", {"payroll": 0}), f"{T0}.grid.payroll",
+     "the grid step"),
+    ("round-unit-words", _set(f"{T0}.publication", {"round": {"payroll": -2.0}}),
+     f"{T0}.publication.round.payroll", "the rounding unit"),
     # rollups
     ("rollups-not-array", _set(f"{T0}.rollups", {"by": []}), f"{T0}.rollups", "{'by': []}"),
     ("rollup-bad-column", _set(f"{T0}.rollups[0].by", ["region"]), f"{T0}.rollups[0].by",
@@ -949,3 +957,18 @@ def test_output_files_that_one_file_system_would_merge_are_refused(meta: Path, a
     with pytest.raises(SpecError, match="two outputs would both be written") as info:
         parse_spec(data, meta)
     assert info.value.path == "tables[0].rollups", str(info.value)
+
+
+def test_a_falling_default_budget_curve_is_refused_at_its_key() -> None:
+    # the check a budget curve, a lifetime budget and calibration targets share
+    # (`tabdp._validation.first_fall`): each caller's own words, at the larger size's key
+    from tabdp.release.curator_config import _defaults
+
+    rho = {"1e7": 1.0, "1e3": 2.0, "1e5": 3.0}  # falls first between 1e5 and 1e7
+    with pytest.raises(SpecError) as info:
+        _defaults({"budget": {"rho": rho}})
+    text = str(info.value)
+    assert "defaults.budget.rho.1e7" in text, text
+    assert ("the default budget curve falls with the size: 1 at size '1e7' is below 3 at the "
+            "smaller size '1e5' (a larger unit may not get a smaller budget)") in text, text
+    assert _defaults({"budget": {"rho": {"1e3": 2.0, "1e7": 2.0}}})["budget"]["rho"]

@@ -34,7 +34,7 @@ __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark
            "pandas_exact", "nan_is_missing",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine",
-           "pinned_by_curator_only", "configured_master"]
+           "pinned_by_curator_only", "configured_master", "from_pandas"]
 
 #: The engines a release runs on.
 Engine = Literal["memory", "streaming", "spark"]
@@ -278,7 +278,38 @@ def pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
         return native.collect().lazy()
     if isinstance(native, pl.DataFrame):
         return native.clone().lazy()
-    return pl.from_pandas(native).lazy()
+    return from_pandas(native).lazy()
+
+
+def from_pandas(native: Any) -> pl.DataFrame:
+    """A pandas frame as Polars, an object column of missing values only as dtype Null.
+
+    ``polars.from_pandas`` infers String for an object column holding only ``None`` (or
+    NaN): a release then called a measure of no values a text column and refused an integer
+    key set because the key column was "String in the data". Polars' own frame of only nulls
+    has dtype Null, which a release reads as what it is: no value (a key column of nulls
+    matches no key; a measure of nulls is refused as of dtype Null). Other columns are
+    converted as ``polars.from_pandas`` converts them.
+
+    Args:
+        native: The pandas DataFrame.
+
+    Returns:
+        The Polars DataFrame.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"k": pd.Series([None, None], dtype=object), "s": ["a", None]})
+        >>> from_pandas(df).schema
+        Schema([('k', Null), ('s', String)])
+    """
+    import numpy as np
+
+    out = pl.from_pandas(native)
+    empty = [name for name, dtype in zip(out.columns, native.dtypes, strict=True)
+             if dtype == np.dtype(object) and out.schema[name] == pl.String
+             and out[name].null_count() == out.height]
+    return out.with_columns(pl.col(c).cast(pl.Null) for c in empty) if empty else out
 
 
 def configured_master(engine: str | None, master: str | None) -> str | None:

@@ -10,13 +10,13 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from tabdp import registry
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._reserved import ROW_ID as _ROW_ID
-from tabdp._validation import bounds_text
+from tabdp._validation import bounds_text, first_fall
 from tabdp.exceptions import SpecError
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
@@ -252,16 +252,40 @@ def _size_curve(value: Any, path: str, *, what: str, hint: str,
                   "keep one entry per size.")
         out[size] = _number(item, kp, what=f"the value at size {key!r}", gt=0.0, hint=hint)
     if nondecreasing:
-        keys = {float(k): str(k) for k in value}
-        pts = sorted(out.items())
-        for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
-            if r1 < r0:
-                _fail(_join(path, keys[s1]),
-                      f"{what} falls with the size: {r1:g} at size {keys[s1]!r} is below "
-                      f"{r0:g} at the smaller size {keys[s0]!r} (a larger unit may not get a "
-                      "smaller budget).",
-                      'give larger sizes larger (or equal) limits, e.g. '
-                      '{ "1e3" = 0.5, "1e7" = 10.0 }.')
+        _refuse_fall(value, out, path, lambda k0, r0, k1, r1: (
+            f"{what} falls with the size: {r1:g} at size {k1!r} is below {r0:g} at the "
+            f"smaller size {k0!r} (a larger unit may not get a smaller budget).",
+            'give larger sizes larger (or equal) limits, e.g. { "1e3" = 0.5, "1e7" = 10.0 }.'))
+    return out
+
+
+def _refuse_fall(raw: Mapping[str, Any], curve: Mapping[float, float], path: str,
+                 words: Callable[[str, float, str, float], tuple[str, str]]) -> None:
+    """Refuse a size curve (read by `_size_curve` from ``raw``) whose value falls with the size.
+
+    ``words(key0, value0, key1, value1)`` gives the message and hint for the first fall
+    (`tabdp._validation.first_fall`): ``key1``, the larger size as written, is below ``key0``;
+    the error's path is ``key1``'s.
+    """
+    keys = {float(k): str(k) for k in raw}
+    fall = first_fall((s, r, keys[s]) for s, r in curve.items())
+    if fall is not None:
+        (_, r0, k0), (_, r1, k1) = fall
+        _fail(_join(path, k1), *words(k0, r0, k1, r1))
+
+
+def _per_measure(value: Mapping[Any, Any], path: str, measures: Sequence[str], *, what: str,
+                 hint: str) -> dict[str, float]:
+    """A non-empty table ``{measure = number > 0}`` over ``measures`` (a grid, a rounding unit)."""
+    if not value:
+        _fail(path, "must not be an empty table; got {}.", hint)
+    out = {}
+    for key, v in value.items():
+        kp = _join(path, str(key))
+        if key not in measures:
+            _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(measures)})."
+                      f"{_maybe(str(key), measures)}", hint)
+        out[key] = _number(v, kp, what=what, gt=0.0, hint=hint)
     return out
 
 

@@ -56,6 +56,7 @@ from tabdp.release.spec.schema import (
     _maybe,
     _names,
     _number,
+    _per_measure,
     _show,
     _size_curve,
     _str_list,
@@ -674,16 +675,8 @@ def _parse_publication(raw: Any, path: str, base: Publication,
             if measures is None:
                 _fail(rp, f"must be a number in [publication] (per-measure units go in a "
                           f"table's publication); got {_show(value)}.", hint)
-            if not value:
-                _fail(rp, "must not be an empty table; got {}.", hint)
-            units = {}
-            for key, v in value.items():
-                kp = _join(rp, str(key))
-                if key not in measures:
-                    _fail(kp, f"{key!r} is not a measure of this table (measures: "
-                              f"{_names(measures)}).{_maybe(str(key), measures)}", hint)
-                units[key] = _number(v, kp, what="the rounding unit", gt=0.0, hint=hint)
-            changes["round"] = units
+            changes["round"] = _per_measure(value, rp, measures, what="the rounding unit",
+                                            hint=hint)
         else:
             changes["round"] = _number(value, rp, what="the rounding unit", gt=0.0, hint=hint)
     for key in ("cv_flag", "suppress_cv"):

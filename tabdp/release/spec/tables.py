@@ -41,6 +41,8 @@ from tabdp.release.spec.schema import (
     _maybe,
     _names,
     _number,
+    _per_measure,
+    _refuse_fall,
     _show,
     _size_curve,
     _str_list,
@@ -216,20 +218,16 @@ def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any],
 def _refuse_decreasing_targets(raw: Mapping[str, Any], targets: Mapping[float, float],
                                path: str) -> None:
     """Calibration targets must not decrease with the record size (see tabdp.calibrate)."""
-    keys = {float(k): str(k) for k in raw}
-    pts = sorted(targets.items())
-    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
-        if r1 < r0:
-            _fail(_join(path, keys[s1]),
-                  f"the target at size {keys[s1]!r} (rho = {r1:g}) is below the target at the "
-                  f"smaller size {keys[s0]!r} (rho = {r0:g}): a larger record would be "
-                  "allowed less loss. Every mechanism's loss increases with the record size, "
-                  f"so the target at {keys[s1]!r} would bind and force noise holding records of "
-                  f"that size to rho = {r1:g}; records of size {keys[s0]!r} would lose far less "
-                  f"than {r0:g}, and typical cells would get far more noise than intended.",
-                  "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
-                  "\"1e7\" = 10.0 }; for one limit at every size, give a single target at the "
-                  "largest plausible size.")
+    _refuse_fall(raw, targets, path, lambda k0, r0, k1, r1: (
+        f"the target at size {k1!r} (rho = {r1:g}) is below the target at the smaller size "
+        f"{k0!r} (rho = {r0:g}): a larger record would be allowed less loss. Every "
+        f"mechanism's loss increases with the record size, so the target at {k1!r} would bind "
+        f"and force noise holding records of that size to rho = {r1:g}; records of size "
+        f"{k0!r} would lose far less than {r0:g}, and typical cells would get far more noise "
+        "than intended.",
+        "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
+        "\"1e7\" = 10.0 }; for one limit at every size, give a single target at the largest "
+        "plausible size."))
 
 
 def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
@@ -237,16 +235,7 @@ def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
     hint = "a rounding unit > 0 such as grid = 1000.0, or per measure grid = { payroll = 1000.0 }."
     if isinstance(raw, Mapping):
         names = measures if kind == "sum" else ("count",)
-        if not raw:
-            _fail(path, "must not be an empty table; got {}.", hint)
-        out = {}
-        for key, value in raw.items():
-            kp = _join(path, str(key))
-            if key not in names:
-                _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(names)})."
-                          f"{_maybe(str(key), names)}", hint)
-            out[key] = _number(value, kp, what="the grid step", gt=0.0, hint=hint)
-        return out
+        return _per_measure(raw, path, names, what="the grid step", hint=hint)
     return _number(raw, path, what="the grid", gt=0.0, hint=hint)
 
 
