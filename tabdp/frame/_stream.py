@@ -71,6 +71,7 @@ from tabdp.frame.keys import KeySet
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.ledger import (
     PER_RECORD_PARQUET,
+    PER_RECORD_ROW_GROUP,
     ReplayLedger,
     loss_components,
 )
@@ -1106,7 +1107,8 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     def sink(plan: pl.LazyFrame) -> pl.LazyFrame:
         if rename:
             plan = plan.rename(rename)
-        return plan.sink_parquet(tmp, lazy=True, **PER_RECORD_PARQUET)
+        return plan.sink_parquet(tmp, lazy=True, row_group_size=PER_RECORD_ROW_GROUP,
+                                 **PER_RECORD_PARQUET)
 
     # the report rows the releases' pass wrote (`_Spill`), if it replayed exactly the ledger's
     # programs over this input and they hold every row once (and, for a report declared

@@ -50,6 +50,12 @@ POLICY_GRID = [0.0] + [10.0**k for k in range(0, 9)]
 #: (10M rows: 0.60 s against 0.98 s, 194 MB against 193 MB).
 PER_RECORD_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
 
+#: Rows per row group of the per-record report a streaming release sinks (Polars' own choice
+#: for it; stated, so that `tabdp.report.loss_statistics` reads the file in slices of whole
+#: row groups, each decoded once, without reading the footer: pyarrow's reader costs the run
+#: about 0.1-0.3 CPU-s and 35 MB to import; docs/performance.md, "Stop 67").
+PER_RECORD_ROW_GROUP = 100_000
+
 
 @dataclass(frozen=True)
 class UnitLosses:

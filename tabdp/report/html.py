@@ -35,6 +35,7 @@ from tabdp._histogram import histogram_bin_index, histogram_edges
 from tabdp._numeric import engine_thread
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.budget import Budget
+from tabdp.privacy.ledger import PER_RECORD_ROW_GROUP
 from tabdp.report import streaming as _streaming
 from tabdp.report.streaming import (
     BatchedOrderStatistics,
@@ -1428,9 +1429,10 @@ def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> Los
         per_record: The per-record frame (Polars, pandas), a ``pl.LazyFrame`` (e.g. a scan
             of ``per_record_losses.parquet``: read batch by batch, memory independent of its
             number of rows) or the path of a Parquet file (such as
-            ``per_record_losses.parquet``): read row group by row group, each decoded once
-            and freed before the next (a ``LazyFrame``'s batches come from Polars' streaming
-            engine, which decodes several row groups ahead of the reader).
+            ``per_record_losses.parquet``): read in slices of the row groups a streaming
+            release writes (`tabdp.privacy.ledger.PER_RECORD_ROW_GROUP` rows), each decoded
+            once and freed before the next (a ``LazyFrame``'s batches come from Polars'
+            streaming engine, which decodes several row groups ahead of the reader).
         budget: The budget as the page takes it (``summary["budget"]``, a number, or None).
         top_n: Number of most exposed units kept.
 
@@ -1448,10 +1450,8 @@ def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> Los
             "top_n=20 (0: no rows of the most exposed units).")
     bud = _budget_object(budget)
     if isinstance(per_record, (str, os.PathLike)):
-        from tabdp.report._row_groups import row_group_rows
-
         return _losses_lazy(pl.scan_parquet(os.fspath(per_record)), bud, top_n,
-                            row_group_rows(per_record))
+                            PER_RECORD_ROW_GROUP)
     if isinstance(per_record, pl.LazyFrame):
         return _losses_lazy(per_record, bud, top_n)
     return _losses_eager(_as_polars(per_record), bud, top_n)
@@ -1509,15 +1509,15 @@ def _nan_max(e: pl.Expr) -> pl.Expr:
 
 
 def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
-                 groups: list[int] | None = None) -> LossStatistics:
+                 slice_rows: int | None = None) -> LossStatistics:
     """`_losses_eager` with streaming queries: memory independent of the number of rows.
 
     Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
     of totals, the histogram's bin counts, the order statistics of the quantiles
-    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows. ``groups``:
-    the row counts of the row groups of the Parquet file ``lf`` scans (`_batches`).
+    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
+    ``slice_rows``: read the Parquet file ``lf`` scans in slices of that many rows (`_batches`).
     """
-    fast = _losses_batched(lf, bud, top_n, groups)
+    fast = _losses_batched(lf, bud, top_n, slice_rows)
     if fast is not None:
         return fast
     cols = lf.collect_schema().names()
@@ -1790,45 +1790,40 @@ class _Shares:
 _SLICE_ROWS = 1_000_000
 
 
-def _batches(lf: pl.LazyFrame, groups: list[int] | None = None) -> Any:
+def _batches(lf: pl.LazyFrame, slice_rows: int | None = None) -> Any:
     """The frame's rows in bounded batches, in order (``collect_batches`` where Polars has it).
 
-    With ``groups`` (``lf`` a query over a scan of one Parquet file, and the row counts of its
-    row groups: `row_group_rows`): one slice per row group, each collected by the streaming
-    engine, which reads only that row group and frees it before the next (``collect_batches``
-    decodes several ahead: at 10M rows about 120 MB against 45); then one more slice of
-    whatever rows follow (none, if the counts are the file's). Older Polars: consecutive
-    slices of `_SLICE_ROWS` rows (a scan of Parquet skips the row groups before the slice).
+    With ``slice_rows`` (``lf`` a query over a scan of one Parquet file whose row groups hold
+    that many rows, such as a streaming release's per-record report: `PER_RECORD_ROW_GROUP`):
+    consecutive slices of that many rows, each collected by the streaming engine, which reads
+    only the row groups under the slice and frees them before the next (``collect_batches``
+    decodes several ahead: at 10M rows about 120 MB against 45). A file of other row groups
+    gives the same rows (a row group across two slices is decoded for each). Older Polars:
+    consecutive slices of `_SLICE_ROWS` rows (a scan of Parquet skips the row groups before
+    the slice).
     """
-    if groups is not None:
-        off = 0
-        for n in groups:
-            if n:
-                b = lf.slice(off, n).collect(engine="streaming")
-                if b.height:
-                    yield b
-            off += n
-        # rows beyond the counts (none for the file's own footer)
-        yield from _slices_from(lf, off)
+    if slice_rows is not None:
+        yield from _slices_from(lf, 0, slice_rows)
         return
     if hasattr(pl.LazyFrame, "collect_batches"):
         yield from lf.collect_batches()
         return
-    yield from _slices_from(lf, 0)
+    yield from _slices_from(lf, 0, _SLICE_ROWS)
 
 
-def _slices_from(lf: pl.LazyFrame, off: int) -> Any:
-    """The frame's rows from row ``off`` on, in slices of `_SLICE_ROWS` (streaming engine)."""
+def _slices_from(lf: pl.LazyFrame, off: int, rows: int) -> Any:
+    """The frame's rows from row ``off`` on, in slices of ``rows`` rows (streaming engine)."""
     while True:
-        b = lf.slice(off, _SLICE_ROWS).collect(engine="streaming")
+        b = lf.slice(off, rows).collect(engine="streaming")
         if b.height:
             yield b
-        if b.height < _SLICE_ROWS:
+        if b.height < rows:
             return
-        off += _SLICE_ROWS
+        off += rows
+
 
 def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
-                    groups: list[int] | None = None) -> LossStatistics | None:
+                    slice_rows: int | None = None) -> LossStatistics | None:
     """`_losses_lazy` in two reads of the loss columns (rarely three or four for the quantiles).
 
     One streaming read of ``rho``, ``size``, ``epsilon`` and ``epsilon_delta``, batch by batch,
@@ -1863,7 +1858,8 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
     # the ρ and size columns of a report of at most `_KEEP_ROWS` rows, for the later passes
     # (the same values in the same order as a new read of the file, which they then replace)
     kept: list[tuple[np.ndarray, np.ndarray]] | None = []
-    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)]), groups):
+    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)]),
+                        slice_rows):
         r, s = b["rho"].to_numpy(), b["size"].to_numpy()
         if np.isnan(r).any() or np.isnan(s).any():
             return None
@@ -1921,7 +1917,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
     first = True
     while more or first:
         seen = 0
-        for r, s in (kept if kept is not None else _reread(lf, first, groups)):
+        for r, s in (kept if kept is not None else _reread(lf, first, slice_rows)):
             ranks_of.feed(sortable_keys(r))
             if not first:
                 continue
@@ -1969,10 +1965,10 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int,
 _KEEP_ROWS = 1 << 20
 
 
-def _reread(lf: pl.LazyFrame, first: bool, groups: list[int] | None = None) -> Any:
+def _reread(lf: pl.LazyFrame, first: bool, slice_rows: int | None = None) -> Any:
     """Another read of ``rho`` (with ``size`` on the first of them), as ``(rho, size)`` pairs."""
     q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
-    for b in _batches(q, groups):
+    for b in _batches(q, slice_rows):
         r = b["rho"].to_numpy()
         yield r, (b["size"].to_numpy() if first else r)
 

@@ -394,10 +394,12 @@ def test_top_n_zero_gives_no_top_rows_and_a_negative_one_is_refused(
 
 def test_loss_statistics_of_a_file_read_row_group_by_row_group(tmp_path: Path,
                                                               monkeypatch: Any) -> None:
-    """A Parquet file's path: one row group at a time, never collect_batches; the same page.
+    """A Parquet file's path: slices of the report's row groups, never collect_batches.
 
     (Polars' ``collect_batches`` decodes several row groups ahead of its reader: at 10M rows
     about 120 MB against 45 for one row group at a time; docs/performance.md, "Stop 66".)
+    The slices are `PER_RECORD_ROW_GROUP` rows, the row groups a streaming release writes,
+    known without reading the footer (stop 67); a file of other row groups gives the same page.
     """
     n, group = 50_000, 7_000
     rng = np.random.default_rng(9)
@@ -410,59 +412,50 @@ def test_loss_statistics_of_a_file_read_row_group_by_row_group(tmp_path: Path,
                    path, row_group_size=group)
     budget = _report(None)["budget"]
     lazy = rh.loss_statistics(pl.scan_parquet(path), budget, 7)
-    monkeypatch.setattr(rh, "_KEEP_ROWS", 0)  # every pass reads the file
-    heights: list[int] = []
-    real = pl.LazyFrame.collect
-
-    def spy(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> pl.DataFrame:
-        out = real(self, *args, **kwargs)
-        heights.append(out.height)
-        return out
-
-    def refuse(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("collect_batches called")
-
-    monkeypatch.setattr(pl.LazyFrame, "collect", spy)
-    monkeypatch.setattr(pl.LazyFrame, "collect_batches", refuse, raising=False)  # Polars < 1.34
-    got = rh.loss_statistics(path, budget, 7)
-    assert max(heights) <= group and sum(h == group for h in heights) >= 2 * (n // group)
-    monkeypatch.setattr(pl.LazyFrame, "collect", real)
     page = render_confidential_html(_report(pl.scan_parquet(path), losses=lazy))
-    assert render_confidential_html(_report(pl.scan_parquet(path), losses=got)) == page
-    assert got.rho_summary() == lazy.rho_summary()
-    # a footer that cannot be read: the batches Polars gives, the same statistics
-    monkeypatch.setattr("tabdp.report._row_groups.row_group_rows", lambda p: None)
-    monkeypatch.undo()  # (Polars' own collect_batches, or the sliced reads without it)
-    monkeypatch.setattr("tabdp.report._row_groups.row_group_rows", lambda p: None)
-    assert rh.loss_statistics(str(path), budget, 7).rho_summary() == lazy.rho_summary()
+    real = pl.LazyFrame.collect
+    for rows in (group, 3 * group, 5_000, n):  # whole row groups, and slices across them
+        monkeypatch.setattr(rh, "PER_RECORD_ROW_GROUP", rows)
+        monkeypatch.setattr(rh, "_KEEP_ROWS", 0)  # every pass reads the file
+        heights: list[int] = []
+
+        def spy(self: pl.LazyFrame, *args: Any, heights: list[int] = heights,
+                **kwargs: Any) -> pl.DataFrame:
+            out = real(self, *args, **kwargs)
+            heights.append(out.height)
+            return out
+
+        def refuse(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("collect_batches called")
+
+        monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+        monkeypatch.setattr(pl.LazyFrame, "collect_batches", refuse, raising=False)
+        got = rh.loss_statistics(str(path), budget, 7)
+        assert max(heights) <= rows and sum(h == rows for h in heights) >= 2 * (n // rows)
+        monkeypatch.undo()
+        assert render_confidential_html(_report(pl.scan_parquet(path), losses=got)) == page
+        assert got.rho_summary() == lazy.rho_summary()
 
 
-def test_row_group_rows_reads_the_footer(tmp_path: Path) -> None:
-    """The row counts of every row group, as the file's writer made them; None if unreadable."""
-    from tabdp.report._row_groups import row_group_rows
+def test_a_streaming_report_is_written_in_the_row_groups_its_reader_slices(
+        tmp_path: Path) -> None:
+    """A streaming report's row groups: `PER_RECORD_ROW_GROUP` rows, the last one shorter.
 
-    df = pl.DataFrame({"a": np.arange(1000), "s": [str(i) for i in range(1000)],
-                       "l": [[1, 2]] * 1000, "b": [True, False] * 500,
-                       "m": [{"x": 1, "y": "z"}] * 1000})
-    pa = pytest.importorskip("pyarrow.parquet")
-    for size in (1, 7, 100, 1000, 5000):
-        # Polars' writer: the sizes it chose (a hint to it; Polars 1.32 wrote 13 rows for 7)
-        df.write_parquet(tmp_path / "x.parquet", row_group_size=size)
-        rows = row_group_rows(tmp_path / "x.parquet")
-        meta = pa.ParquetFile(tmp_path / "x.parquet").metadata
-        assert rows == [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        assert rows is not None and sum(rows) == 1000
-        assert pl.scan_parquet(tmp_path / "x.parquet").slice(0, rows[0]).collect().height \
-            == rows[0]
-    for size in (1, 7, 333):
-        pa.write_table(df.to_arrow(), tmp_path / "y.parquet", row_group_size=size)
-        meta = pa.ParquetFile(tmp_path / "y.parquet").metadata
-        assert row_group_rows(tmp_path / "y.parquet") == [
-            meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    df.head(0).write_parquet(tmp_path / "e.parquet")
-    assert row_group_rows(tmp_path / "e.parquet") == []
-    (tmp_path / "bad").write_bytes(b"not parquet")
-    assert row_group_rows(tmp_path / "bad") is None
-    (tmp_path / "cut").write_bytes((tmp_path / "y.parquet").read_bytes()[-40:])
-    assert row_group_rows(tmp_path / "cut") is None
-    assert row_group_rows(tmp_path / "missing") is None
+    `sink_report` states them, and the page's reader takes them as its slices (whole row
+    groups, each decoded once; Polars' own choice depends on its input's morsels).
+    """
+    import tabdp
+    from tabdp.frame._stream import sink_report
+    from tabdp.privacy.ledger import PER_RECORD_ROW_GROUP
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 2 * PER_RECORD_ROW_GROUP + 123
+    s = tabdp.Session(seed=1, streaming=True)
+    df = pl.DataFrame({"c": ["a", "b"] * (n // 2) + ["a"] * (n % 2), "x": np.ones(n)})
+    _ = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                    mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+    path = tmp_path / "r.parquet"
+    sink_report(s.ledger, s, None, path)
+    meta = pq.read_metadata(path)
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [
+        PER_RECORD_ROW_GROUP, PER_RECORD_ROW_GROUP, 123]
