@@ -662,3 +662,41 @@ def test_the_policies_shortcuts_give_their_full_forms_doubles() -> None:
             old = a * (2.0 ** -b)
             old = np.where(a >= 2.0**53, np.nextafter(old, np.inf), old)
             assert np.array_equal(bits(magnitudes_up(a, b)), bits(old)), b
+
+
+def test_magnitudes_narrowed_to_64_bits_are_the_128_bit_conversions_bit_for_bit() -> None:
+    """Stop 67: fixed-point values that fit in 64 bits are converted to doubles through Int64.
+
+    `abs_float` narrows Int128 values to Int64 where all of them fit and converts those with
+    NumPy; each conversion rounds the exact integer to the nearest double, as Polars' 128-bit
+    cast does, and |float(v)| is float(|v|). On random values of every magnitude up to 2**63,
+    the ties and near-ties around 2**53 and 2**63 (both signs), bit for bit; a chunk holding
+    one value beyond 64 bits takes the 128-bit cast.
+    """
+    from tabdp.frame._engine import _abs_float_up, abs_float
+
+    rng = np.random.default_rng(67)
+    ints = [0, 1, -1, 2**63 - 1, -(2**63), -(2**63) + 1]
+    for k in range(-4, 5):
+        ints += [2**53 + k, -(2**53 + k)]
+        for e in (54, 55, 60, 62):  # multiples of half the spacing of doubles there: ties
+            ints += [2**e + k * 2**(e - 54), -(2**e + k * 2**(e - 54))]
+    shifts = rng.integers(0, 63, 20_000)
+    ints += [int(v) >> int(s) for v, s in zip(rng.integers(-(2**63), 2**63 - 1, 20_000,
+                                                           dtype=np.int64), shifts,
+                                              strict=True)]
+    values = pl.Series(ints, dtype=pl.Int128)
+
+    def old(v: pl.Series) -> np.ndarray:  # the 128-bit conversion (before stop 67)
+        return v.abs().cast(pl.Float64).to_numpy()
+
+    def bits(a: np.ndarray) -> np.ndarray:
+        return np.asarray(a, dtype=np.float64).view(np.int64)
+
+    assert values.cast(pl.Int64, strict=False).null_count() == 0  # the narrowed path
+    assert np.array_equal(bits(abs_float(values)), bits(old(values)))
+    for b in (0, 1, 24):
+        from tabdp.frame._engine import magnitudes_up
+        assert np.array_equal(bits(_abs_float_up(values, b)), bits(magnitudes_up(old(values), b)))
+    wide = pl.concat([values, pl.Series([2**64 + 3], dtype=pl.Int128)])  # the 128-bit cast
+    assert np.array_equal(bits(abs_float(wide)), bits(old(wide)))
