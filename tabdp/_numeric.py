@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
-import polars as pl
 
 __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up",
            "add_up_fresh", "add_up_into", "add_up_any", "half_square_up", "inflate",
@@ -78,6 +77,8 @@ def work_threads() -> int:
     """
     if getattr(_ONE_THREAD, "on", False):
         return 1
+    import polars as pl  # not at load: a Spark worker imports this module without Polars
+
     return max(1, int(pl.thread_pool_size()))
 
 
@@ -308,9 +309,12 @@ def integer_dtype(dtype: Any) -> bool:
         True for Int8 ... Int64 and UInt8 ... UInt32.
 
     Example:
+        >>> import polars as pl
         >>> integer_dtype(pl.Int32), integer_dtype(pl.UInt64), integer_dtype(pl.Float64)
         (True, False, False)
     """
+    import polars as pl
+
     wide = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None), pl.UInt64)
                  if t is not None)
     return bool(dtype.is_integer()) and dtype not in wide

@@ -49,9 +49,11 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
+from tabdp import _spark_worker
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up, add_up_any, engine_thread
+from tabdp._numeric import add_up_any, engine_thread
 from tabdp._reserved import RESERVED, is_reserved
+from tabdp._spark_worker import Policy as _Policy
 from tabdp._temporal import MAX_TEXT_DAYS
 from tabdp.exceptions import (
     ColumnTypeError,
@@ -70,18 +72,14 @@ from tabdp.frame._engine import (
     SUM_SCALE_BITS,
     _keep_mask,
     _Opened,
-    _Policy,
-    _policy_values,
     _prepare_release,
     _release_rules,
     _rule_counts,
     _Rules,
     _schema_checks,
-    _size_and_delta,
     _strict_checks,
     drops_rows,
     left_out_counts,
-    magnitudes_up,
     serves_measures,
 )
 from tabdp.frame._output import check_form
@@ -538,23 +536,41 @@ def _nested_dtype(st: Any, *, micros: bool) -> Any:
     map as a list of ``key``/``value`` structs (the form it is built in), else as Polars
     reads an Arrow map (a ``Map`` from Polars 2.1).
     """
+    return _walk_dtype(st, pl.Int64() if micros else pl.Datetime("us", "UTC"),
+                       arrow_maps=not micros, intervals=False)
+
+
+def _walk_dtype(st: Any, instant: Any, *, arrow_maps: bool, intervals: bool) -> Any:
+    """The one walk of a Spark type to a Polars dtype (`_nested_dtype`, `_key_compare_dtype`).
+
+    ``instant`` is the dtype of a ``timestamp``; a ``timestamp_ntz`` is a ``Datetime("us")``;
+    with ``intervals`` an interval is a ``Duration("us")`` (else `_pl_dtype`'s ``Object``); an
+    ``array`` is a ``List`` of its element's dtype, a ``struct`` a ``Struct`` of its fields',
+    and a ``map`` a ``List`` of ``key``/``value`` structs, or with ``arrow_maps`` as Polars reads
+    an Arrow map (a ``Map`` from Polars 2.1). Other types are `_pl_dtype`'s.
+    """
     from pyspark.sql import types as T
 
-    if isinstance(st, T.TimestampType):
-        return pl.Int64() if micros else pl.Datetime("us", "UTC")
-    if isinstance(st, T.TimestampNTZType):
-        return pl.Datetime("us")
-    if isinstance(st, T.ArrayType):
-        return pl.List(_nested_dtype(st.elementType, micros=micros))
-    if isinstance(st, T.MapType):
-        kv = (_nested_dtype(st.keyType, micros=micros), _nested_dtype(st.valueType, micros=micros))
-        as_map = getattr(pl, "Map", None)  # Polars >= 2.1 reads an Arrow map as a Map
-        if as_map is not None and not micros:
-            return as_map(*kv)
-        return pl.List(pl.Struct({"key": kv[0], "value": kv[1]}))
-    if isinstance(st, T.StructType):
-        return pl.Struct({f.name: _nested_dtype(f.dataType, micros=micros) for f in st.fields})
-    return _pl_dtype(st)
+    def walk(t: Any) -> Any:
+        if isinstance(t, T.TimestampType):
+            return instant
+        if isinstance(t, T.TimestampNTZType):
+            return pl.Datetime("us")
+        if intervals and isinstance(t, (T.DayTimeIntervalType, T.YearMonthIntervalType)):
+            return pl.Duration("us")
+        if isinstance(t, T.ArrayType):
+            return pl.List(walk(t.elementType))
+        if isinstance(t, T.MapType):
+            kv = (walk(t.keyType), walk(t.valueType))
+            as_map = getattr(pl, "Map", None)  # Polars >= 2.1 reads an Arrow map as a Map
+            if as_map is not None and arrow_maps:
+                return as_map(*kv)
+            return pl.List(pl.Struct([pl.Field("key", kv[0]), pl.Field("value", kv[1])]))
+        if isinstance(t, T.StructType):
+            return pl.Struct([pl.Field(f.name, walk(f.dataType)) for f in t.fields])
+        return _pl_dtype(t)
+
+    return walk(st)
 
 
 def _spark_type(dt: Any) -> Any:
@@ -1454,17 +1470,10 @@ def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any
 
 
 def _eps_delta_udf(delta: float) -> Any:
+    """Each row's ε at ``delta``: a pandas UDF of `tabdp._spark_worker.eps_delta_fn`."""
     from pyspark.sql.functions import pandas_udf
 
-    def eps(comps: pd.DataFrame) -> pd.Series:
-        from tabdp.privacy.accounting import epsilon_at
-
-        c = {k: comps[k].to_numpy(dtype=np.float64) for k in COMPONENTS}
-        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
-            return pd.Series(epsilon_at(delta, c["rho_z"], c["rho_g"], c["eps_a"],
-                                        c["delta_a"], c["epsilon"]))
-
-    return pandas_udf(eps, "double")
+    return pandas_udf(_spark_worker.eps_delta_fn(delta), "double")
 
 
 # -- row-level expressions ---------------------------------------------------------------------
@@ -1601,20 +1610,8 @@ def _key_compare_dtype(st: Any) -> Any:
         >>> _key_compare_dtype(T.MapType(T.StringType(), T.DateType()))
         List(Struct({'key': String, 'value': Date}))
     """
-    from pyspark.sql import types as T
-
-    if isinstance(st, T.TimestampNTZType):
-        return pl.Datetime("us")
-    if isinstance(st, (T.DayTimeIntervalType, T.YearMonthIntervalType)):
-        return pl.Duration("us")
-    if isinstance(st, T.ArrayType):
-        return pl.List(_key_compare_dtype(st.elementType))
-    if isinstance(st, T.StructType):
-        return pl.Struct([pl.Field(f.name, _key_compare_dtype(f.dataType)) for f in st.fields])
-    if isinstance(st, T.MapType):
-        return pl.List(pl.Struct([pl.Field("key", _key_compare_dtype(st.keyType)),
-                                  pl.Field("value", _key_compare_dtype(st.valueType))]))
-    return _pl_dtype(st)
+    # a timestamp as `_pl_dtype`'s (no zone: matched, not converted)
+    return _walk_dtype(st, pl.Datetime("us"), arrow_maps=False, intervals=True)
 
 
 def _check_nested_keys(c: str, have: Any, want: Any, target: Any) -> None:
@@ -1719,53 +1716,20 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                 bits: dict[str, int]) -> tuple[Any, list[tuple[str, list[str]]]]:
     """A pandas UDF of per-(unit, cell) charges, by the same numpy code as ``_engine._charges``.
 
-    Per row: each currency's ρ, ε (ε_a, δ_a) and size, and the row's total ρ and size.
+    Per row: each currency's ρ, ε (ε_a, δ_a) and size, and the row's total ρ and size. The
+    function is `tabdp._spark_worker.charge_fn`'s: a new Python worker that unpickles it
+    imports NumPy, pandas and the mechanism's module, not Polars or the frame engine.
     """
     from pyspark.sql.functions import pandas_udf
 
-    policy = _Policy(mechanism, measures if kind == "sum" else [])
-    curs = policy.currencies()
-    approx = policy.approx
+    charge, curs = _spark_worker.charge_fn(mechanism, measures, kind, bits, _IN)
+    approx = mechanism.dp_delta is not None
     fields = []
     for i, _ in enumerate(curs):
         fields += [f"r{i} double", f"e{i} double", f"s{i} double"]
         if approx:
             fields += [f"ea{i} double", f"da{i} double"]
     fields += ["cell_rho double", "cell_size double"]
-
-    def charge(inp: pd.DataFrame) -> pd.DataFrame:
-        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
-            return charged(inp)
-
-    def charged(inp: pd.DataFrame) -> pd.DataFrame:
-        pol = _Policy(mechanism, measures if kind == "sum" else [])
-        n = len(inp)
-        out: dict[str, np.ndarray] = {}
-        cell_rho = np.zeros(n)
-        cell_size = np.zeros(n)
-        for i, (_, ms) in enumerate(curs):
-            if kind == "count":
-                size = inp[f"{_IN}rows_in"].to_numpy(dtype=np.float64)
-                delta = size
-            else:
-                mags = {}
-                for m in ms:
-                    mags[m] = magnitudes_up(inp[f"{_IN}a:{m}"].to_numpy(dtype=np.float64),
-                                            bits[m])
-                size, delta = _size_and_delta(
-                    pol, ms, mags, lambda m: inp[f"{_IN}s:{m}"].to_numpy(dtype=np.float64))
-            vals = _policy_values(pol, kind, delta)
-            # a (unit, cell)'s ρ over currencies, rounded up as the Polars engine's (`add_up`;
-            # review R18-6: a plain sum was below it)
-            cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho,
-                                                                                 vals[0])
-            np.maximum(cell_size, size, out=cell_size)
-            out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
-            if pol.approx:
-                out[f"ea{i}"], out[f"da{i}"] = vals[2], vals[3]
-        out["cell_rho"], out["cell_size"] = cell_rho, cell_size
-        return pd.DataFrame(out)
-
     return pandas_udf(charge, ", ".join(fields)), curs
 
 
@@ -1839,40 +1803,17 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame,
                  lifetime: Any = None) -> dict[str, np.ndarray]:
     """The one individual filter on a batch of units (charges and ``__tabdp_led:`` ledger columns).
 
-    With a lifetime budget (``lifetime``), the same filter again over the units' lifetime
-    totals (``__tabdp_life:`` columns: the series' stored losses plus this run's), ANDed, as
-    ``Session.admit`` does on the other engines.
+    `tabdp._spark_worker.admit_batch` with this engine's column prefix: with a lifetime budget
+    (``lifetime``), the same filter again over the units' lifetime totals (``__tabdp_life:``
+    columns), ANDed, as ``Session.admit`` does on the other engines.
     """
-    from tabdp.privacy.filter import individual_filter
-    from tabdp.privacy.ledger import Charges
-
-    n = len(b)
-    ch = Charges(np.arange(n),
-                 {c: b[f"r{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                 {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                 {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                 guarantee)
-    out = individual_filter(budget, ch, lambda units, cols: {
-        c: b[f"{_IN}led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
-    if lifetime is not None:
-        life = individual_filter(lifetime, ch, lambda units, cols: {
-            c: b[f"{_IN}life:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
-        out = {c: out[c] & life[c] for c in out}
-    return out
+    return _spark_worker.admit_batch(budget, curs, guarantee, b, _IN, lifetime)
 
 
 def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool,
               lifetime: Any = None) -> Any:
     """MapInPandas function: the session's own individual filter on batches of units."""
-
-    def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for b in batches:
-            with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
-                ok = _admit_batch(budget, curs, guarantee, b, lifetime)
-            yield pd.DataFrame({_UID: b[_UID], **{f"ok{i}": ok[c]
-                                                         for i, c in enumerate(curs)}})
-
-    return admit
+    return _spark_worker.admit_fn(budget, curs, guarantee, _IN, _UID, lifetime)
 
 
 def _led_need(budget: Any, curs: list[str]) -> list[str]:
@@ -1905,16 +1846,12 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
 
     Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
     earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency. The decision is
-    `tabdp.privacy.filter.individual_filter` itself (`_admit_batch`), as `_admit_fn`.
+    `tabdp.privacy.filter.individual_filter` itself (`tabdp._spark_worker.admit_batch`), as
+    `_admit_fn`.
     """
     from pyspark.sql.functions import pandas_udf
 
-    def admit(b: pd.DataFrame) -> pd.DataFrame:
-        b = b.rename(columns={f"l{k}": f"{_IN}led:{c}" for k, c in enumerate(need)})
-        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
-            ok = _admit_batch(budget, curs, guarantee, b)
-        return pd.DataFrame({f"ok{i}": ok[c] for i, c in enumerate(curs)})
-
+    admit = _spark_worker.admit_rows_fn(budget, curs, guarantee, need, _IN)
     return pandas_udf(admit, ", ".join(f"ok{i} boolean" for i in range(len(curs))))
 
 

@@ -39,6 +39,7 @@ import polars as pl
 
 from tabdp._numeric import add_up_into, engine_thread
 from tabdp._reserved import RESERVED
+from tabdp._spark_worker import Policy as _Policy
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame._engine import (
@@ -57,7 +58,6 @@ from tabdp.frame._engine import (
     _measure_parts,
     _Opened,
     _output_dtypes,
-    _Policy,
     _Prepared,
     _row_inside_expr,
     _rule_counts,

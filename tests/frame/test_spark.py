@@ -859,6 +859,52 @@ def test_superseded_ledger_tables_are_freed(spark, tmp_path):
     assert pr.count() > 0
 
 
+_UNPICKLE = """
+import pickle, sys
+from pyspark import cloudpickle
+import pandas, pyarrow  # an Arrow UDF's worker has these
+before = set(sys.modules)
+for payload in pickle.load(sys.stdin.buffer):
+    cloudpickle.loads(payload)
+new = sorted(set(sys.modules) - before)
+print(" ".join(new))
+"""
+
+
+def test_a_python_worker_unpickles_tabdps_functions_without_polars_or_the_engine(spark):
+    """A new Spark worker imports NumPy, pandas and the mechanism's module, not Polars.
+
+    Every pandas UDF and ``mapInPandas`` function tabdp ships (the charges of a sum and a
+    count, ε at δ, the filter row by row and by batch) is pickled as PySpark pickles it and
+    unpickled in a fresh interpreter, as a new worker does: importing Polars, tabdp's frame
+    engine or `tabdp.release` there cost each worker about a CPU-second (stop 66), and Spark
+    starts new workers after a minute idle.
+    """
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from tabdp.frame import _spark as sp
+    from tabdp.privacy.budget import Budget
+
+    b = Budget(10.0)
+    need = sp._led_need(b, ["rows"])
+    fns = [sp._charge_udf(mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), ["x", "y"], "sum",
+                          {"x": 10, "y": 10})[0].func,
+           sp._charge_udf(mech.Gaussian(2.0), [], "count", {})[0].func,
+           sp._eps_delta_udf(1e-9).func,
+           sp._admit_udf(b, ["rows"], "zcdp", need).func,
+           sp._admit_fn(b, ["rows"], "zcdp", False)]
+    payload = pickle.dumps([cloudpickle.dumps(f) for f in fns])
+    done = subprocess.run([sys.executable, "-c", _UNPICKLE], input=payload,
+                          capture_output=True, check=True)
+    new = done.stdout.decode().split()
+    assert "tabdp.mechanisms.additive" in new  # the mechanism's module (the control)
+    heavy = [m for m in new if m.split(".")[0] == "polars"
+             or m.startswith(("tabdp.frame", "tabdp.release", "tabdp.report"))]
+    assert heavy == []
+
+
 def test_the_python_workers_run_with_numpys_errors_off(spark, monkeypatch):
     """The pandas UDFs of tabdp run their NumPy work with every error ignored and no thread pools.
 
@@ -886,8 +932,10 @@ def test_the_python_workers_run_with_numpys_errors_off(spark, monkeypatch):
             return fn(*a, **k)
         return run
 
-    monkeypatch.setattr(sp, "_policy_values", loud(sp._policy_values))
-    monkeypatch.setattr(sp, "_admit_batch", loud(sp._admit_batch))
+    from tabdp import _spark_worker as w
+
+    monkeypatch.setattr(w, "policy_values", loud(w.policy_values))
+    monkeypatch.setattr(w, "admit_batch", loud(w.admit_batch))
     import tabdp.privacy.accounting as acc
     monkeypatch.setattr(acc, "epsilon_at", loud(acc.epsilon_at))
     n = 5

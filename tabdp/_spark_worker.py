@@ -1,0 +1,411 @@
+"""What tabdp's Spark engine runs in PySpark's Python workers, and the numpy policy it shares.
+
+A pandas UDF (or ``mapInPandas`` function) is pickled on the driver and unpickled in each new
+Python worker, which imports every module the function's code refers to by reference. Spark
+starts new workers often (one per core at the first Python task, again after a worker has been
+idle for a minute), so these functions live here, in a module that imports NumPy and pandas
+only (and, by reference, the mechanism's own module): not Polars, not tabdp's frame engine,
+not `tabdp.release`. The per-row policy (`Policy`, `magnitudes_up`, `size_and_delta`,
+`policy_values`) is the one the Polars engine uses, so both engines charge identical losses.
+
+Example:
+    >>> import numpy as np, pandas as pd
+    >>> from tabdp.mechanisms import Laplace
+    >>> charge, curs = charge_fn(Laplace(scale=1.0), ["x"], "sum", {"x": 0}, "in_")
+    >>> curs
+    [('x', ['x'])]
+    >>> out = charge(pd.DataFrame({"in_a:x": [2.0], "in_s:x": [1.0]}))
+    >>> out[["r0", "e0", "s0"]].round(6).values.tolist()
+    [[1.523188, 2.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from tabdp._numeric import add_up, engine_thread
+
+if TYPE_CHECKING:
+    from tabdp.mechanisms import Mechanism
+
+#: A count's per-row losses are read from a table of the policy at every whole Δ when every Δ
+#: is a whole number below this (`policy_values`).
+COUNT_TABLE = 1 << 16
+
+
+class Policy:
+    """Per-record policy of one release: ρ, ε and (approximate-DP mechanisms) ε_a, δ_a.
+
+    A joint (vector) mechanism charges a unit once per cell at the norm of its weighted
+    contribution vector; other mechanisms charge once per measure.
+
+    Example:
+        >>> from tabdp.mechanisms import Laplace
+        >>> p = Policy(Laplace(scale=2.0), ["x"])
+        >>> p.currencies(), [round(float(v[0]), 6) for v in p(np.array([4.0]))]
+        ([('x', ['x'])], [1.523188, 2.0])
+    """
+
+    def __init__(self, mechanism: Mechanism, measures: list[str]) -> None:
+        from tabdp.mechanisms.additive import AdditiveMechanism
+        from tabdp.privacy.ledger import UnitLosses
+
+        self.mechanism = mechanism
+        self.measures = measures
+        self.joint = bool(getattr(mechanism, "joint", False)) and len(measures) > 0
+        self.approx = mechanism.dp_delta is not None
+        self.guarantee = UnitLosses.guarantee_of(mechanism)
+        # an additive mechanism that keeps the inherited ρ = pure_to_zcdp(ε): ε computed once
+        self.rho_from_epsilon = type(mechanism).rho is AdditiveMechanism.rho
+
+    def currencies(self) -> list[tuple[str, list[str]]]:
+        """(currency, measures charged at once) of the release.
+
+        Returns:
+            One (currency, measures) pair per currency.
+        """
+        from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
+
+        if not self.measures:
+            return [(ROWS_CURRENCY, [])]
+        if self.joint:
+            return [(joint_currency(self.measures), list(self.measures))]
+        return [(m, [m]) for m in self.measures]
+
+    def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self.rho_from_epsilon:  # the same operations as rho(d), with ε evaluated once
+            from tabdp.mechanisms import pure_to_zcdp
+
+            e = self.mechanism.epsilon(d)
+            r = pure_to_zcdp(e)
+        else:
+            r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
+        if not self.approx:
+            return np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64)
+        ea, da = self.mechanism.approx_policy(d)
+        return (np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64),
+                np.asarray(ea, dtype=np.float64), np.asarray(da, dtype=np.float64))
+
+
+def magnitudes_up(a: np.ndarray, bits: int) -> np.ndarray:
+    """``a``·2**-bits, moved one double up where ``a`` (a float conversion) may have rounded.
+
+    ``a`` holds the float64 conversions of whole magnitudes |v| (fixed point: v·2**bits is an
+    integer, here converted to float): an integer below 2**53 converts exactly (to a float
+    below 2**53) and one at or above it to a float at or above it (rounding is monotone, 2**53
+    is a double), so the float tells which magnitudes were rounded, with no second pass over
+    the 128-bit integers. Shared by the Polars engine and Spark's charges.
+
+    Args:
+        a: Float conversions of the magnitudes' fixed-point integers (≥ 0).
+        bits: The fixed point's fractional bits.
+
+    Returns:
+        Magnitudes never below the exact ones (a new array).
+
+    Example:
+        >>> up = magnitudes_up(np.array([3.0, 2.0**60]), 1)
+        >>> up[0], bool(up[1] == np.nextafter(2.0**59, np.inf))
+        (np.float64(1.5), True)
+    """
+    f = a * (2.0 ** -bits)
+    big = np.flatnonzero(a >= 2.0**53)
+    if big.size:  # only those moved up (libm's nextafter is a call per value)
+        f[big] = np.nextafter(f[big], np.inf)
+    return f
+
+
+def size_and_delta(policy: Policy, ms: list[str], mags: dict[str, np.ndarray],
+                   sign: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a sum currency: its size (largest magnitude) and the Δ its loss is charged at.
+
+    ``mags`` holds each measure's float64 magnitude (never below the exact one), ``sign(m)`` the
+    signs of measure ``m`` (read only for a joint policy, whose Δ is the mechanism's norm of the
+    signed magnitudes, rounded up). Shared by the Polars engine and the Spark UDF.
+
+    Args:
+        policy: The release's policy.
+        ms: The measures charged at once (one, or a joint policy's).
+        mags: Each measure's magnitudes.
+        sign: The signs of a measure's values.
+
+    Returns:
+        The rows' sizes and their Δ.
+
+    Example:
+        >>> from tabdp.mechanisms import Laplace
+        >>> s, d = size_and_delta(Policy(Laplace(scale=1.0), ["x"]), ["x"],
+        ...                       {"x": np.array([3.0])}, lambda m: np.ones(1))
+        >>> s.tolist(), d.tolist()
+        ([3.0], [3.0])
+    """
+    size = np.zeros(len(mags[ms[0]]))
+    for c in mags.values():
+        np.maximum(size, c, out=size)
+    if not policy.joint:
+        return size, mags[ms[0]]
+    signed = {m: sign(m) * mags[m] for m in ms}
+    delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
+                       dtype=np.float64)
+    # the norm is computed in float64 (a few roundings per measure) and may fall below the exact
+    # norm by some ulps: round it up (len(ms) + 8 ulps, above the rounding error of the norm) so
+    # no charge is below the exact one (e.g. (2**53 - 1) + 2 was summed to 2**53)
+    slack = 1.0 + (len(ms) + 8) * 2.0**-52
+    return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
+
+
+def policy_values(policy: Policy, kind: str, delta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The policy's per-row losses (ρ, ε and, if approximate, ε_a, δ_a) at each row's Δ.
+
+    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once, or,
+    for whole Δ below `COUNT_TABLE`, every whole number from the least Δ to the largest once
+    and each row's value read from that table (no hashing of the rows). Shared by the Polars
+    engine and the Spark UDF.
+
+    Args:
+        policy: The release's policy.
+        kind: ``"count"`` or a sum's kind.
+        delta: Each row's Δ.
+
+    Returns:
+        The per-row losses, one array per component.
+
+    Example:
+        >>> from tabdp.mechanisms import Laplace
+        >>> p = Policy(Laplace(scale=1.0), [])
+        >>> [v.tolist() for v in policy_values(p, "count", np.array([1.0, 2.0, 1.0]))][1]
+        [1.0, 2.0, 1.0]
+    """
+    n = len(delta)
+    if not n:
+        return tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
+    if kind == "count":
+        lo, hi = float(delta.min()), float(delta.max())
+        if lo == hi:
+            return tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+        if lo >= 0 and hi < COUNT_TABLE and lo.is_integer():
+            pos = delta.astype(np.intp)
+            if bool(np.array_equal(pos, delta)):  # whole numbers
+                out = []
+                for v in policy(np.arange(int(lo), int(hi) + 1, dtype=np.float64)):
+                    table = np.zeros(int(hi) + 1)
+                    table[int(lo):] = v
+                    out.append(table[pos])
+                return tuple(out)
+        import polars as pl  # only here: a worker's charges rarely reach this branch
+
+        # the distinct values by hashing (np.unique sorts every row), then a binary search
+        uniq = np.sort(pl.Series(delta).unique().to_numpy())
+        inv = np.searchsorted(uniq, delta)
+        return tuple(np.asarray(v)[inv] for v in policy(uniq))
+    return policy(delta)
+
+
+# -- the functions shipped to the workers -------------------------------------------------------
+def charge_fn(mechanism: Mechanism, measures: list[str], kind: str, bits: dict[str, int],
+              prefix: str) -> tuple[Callable[[pd.DataFrame], pd.DataFrame],
+                                    list[tuple[str, list[str]]]]:
+    """The per-(unit, cell) charges of a batch, by the same numpy code as the Polars engine's.
+
+    Per row: each currency's ρ, ε (ε_a, δ_a) and size (``r<i>``, ``e<i>``, ``s<i>``
+    (``ea<i>``, ``da<i>``)), and the row's total ρ and size (``cell_rho``, ``cell_size``).
+    Input columns: ``<prefix>rows_in`` (counts), ``<prefix>a:<m>`` and ``<prefix>s:<m>`` (a
+    measure's fixed-point magnitude as a float and its sign, sums).
+
+    Args:
+        mechanism: The release's mechanism.
+        measures: The summed measures (ignored for counts).
+        kind: ``"count"`` or ``"sum"``.
+        bits: Each measure's fixed point's fractional bits.
+        prefix: The reserved prefix of the input columns.
+
+    Returns:
+        The batch function and the release's currencies.
+
+    Example:
+        >>> from tabdp.mechanisms import Laplace
+        >>> f, curs = charge_fn(Laplace(scale=1.0), [], "count", {}, "in_")
+        >>> f(pd.DataFrame({"in_rows_in": [1.0, 3.0]}))["e0"].tolist()
+        [1.0, 3.0]
+    """
+    policy = Policy(mechanism, measures if kind == "sum" else [])
+    curs = policy.currencies()
+
+    def charge(inp: pd.DataFrame) -> pd.DataFrame:
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            return _charged(policy, curs, kind, bits, prefix, inp)
+
+    return charge, curs
+
+
+def _charged(pol: Policy, curs: list[tuple[str, list[str]]], kind: str, bits: dict[str, int],
+             prefix: str, inp: pd.DataFrame) -> pd.DataFrame:
+    n = len(inp)
+    out: dict[str, np.ndarray] = {}
+    cell_rho = np.zeros(n)
+    cell_size = np.zeros(n)
+    for i, (_, ms) in enumerate(curs):
+        if kind == "count":
+            size = inp[f"{prefix}rows_in"].to_numpy(dtype=np.float64)
+            delta = size
+        else:
+            mags = {}
+            for m in ms:
+                mags[m] = magnitudes_up(inp[f"{prefix}a:{m}"].to_numpy(dtype=np.float64),
+                                        bits[m])
+            size, delta = size_and_delta(
+                pol, ms, mags, lambda m: inp[f"{prefix}s:{m}"].to_numpy(dtype=np.float64))
+        vals = policy_values(pol, kind, delta)
+        # a (unit, cell)'s ρ over currencies, rounded up as the Polars engine's (`add_up`;
+        # review R18-6: a plain sum was below it)
+        cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho, vals[0])
+        np.maximum(cell_size, size, out=cell_size)
+        out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
+        if pol.approx:
+            out[f"ea{i}"], out[f"da{i}"] = vals[2], vals[3]
+    out["cell_rho"], out["cell_size"] = cell_rho, cell_size
+    return pd.DataFrame(out)
+
+
+def eps_delta_fn(delta: float) -> Callable[[pd.DataFrame], pd.Series]:
+    """Each row's ε at ``delta`` from its accounting components (a batch function).
+
+    Args:
+        delta: The δ of the (ε, δ) statement.
+
+    Returns:
+        A function of a batch of the components' columns.
+
+    Example:
+        >>> f = eps_delta_fn(1e-4)
+        >>> r = 0.5 / 3.18570299**2  # one Gaussian release: exactly eps = 1 at delta = 1e-4
+        >>> comps = pd.DataFrame({"rho": [r], "epsilon": [np.inf], "size": [1.0],
+        ...                       "rho_z": [r], "rho_g": [r], "eps_a": [0.0],
+        ...                       "delta_a": [0.0]})
+        >>> round(float(f(comps)[0]), 6)
+        1.0
+    """
+
+    def eps(comps: pd.DataFrame) -> pd.Series:
+        from tabdp.privacy.accounting import COMPONENTS, epsilon_at
+
+        c = {k: comps[k].to_numpy(dtype=np.float64) for k in COMPONENTS}
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            return pd.Series(epsilon_at(delta, c["rho_z"], c["rho_g"], c["eps_a"],
+                                        c["delta_a"], c["epsilon"]))
+
+    return eps
+
+
+def admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame,
+                prefix: str, lifetime: Any = None) -> dict[str, np.ndarray]:
+    """The one individual filter on a batch of units (charges and ``<prefix>led:`` columns).
+
+    With a lifetime budget (``lifetime``), the same filter again over the units' lifetime
+    totals (``<prefix>life:`` columns: the series' stored losses plus this run's), ANDed, as
+    ``Session.admit`` does on the other engines.
+
+    Args:
+        budget: The session's budget.
+        curs: The release's currencies.
+        guarantee: ``"zcdp"`` or ``"approx"``.
+        b: The batch: ``r<i>``, ``e<i>``, ``s<i>`` per currency and the ledger's columns.
+        prefix: The reserved prefix of the ledger's columns.
+        lifetime: The lifetime budget, if any.
+
+    Returns:
+        Each currency's admitted rows.
+
+    Example:
+        >>> from tabdp.privacy import Budget
+        >>> b = pd.DataFrame({"r0": [0.5, 2.0], "e0": [1.0, 2.0], "s0": [1.0, 1.0],
+        ...                   "in_led:rho": [0.0, 0.0]})
+        >>> admit_batch(Budget(rho=1.0), ["rows"], "zcdp", b, "in_")["rows"].tolist()
+        [True, False]
+    """
+    from tabdp.privacy.filter import individual_filter
+    from tabdp.privacy.ledger import Charges
+
+    n = len(b)
+    ch = Charges(np.arange(n),
+                 {c: b[f"r{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 guarantee)
+    out = individual_filter(budget, ch, lambda units, cols: {
+        c: b[f"{prefix}led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+    if lifetime is not None:
+        life = individual_filter(lifetime, ch, lambda units, cols: {
+            c: b[f"{prefix}life:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+        out = {c: out[c] & life[c] for c in out}
+    return out
+
+
+def admit_fn(budget: Any, curs: list[str], guarantee: str, prefix: str, uid: str,
+             lifetime: Any = None) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+    """A ``mapInPandas`` function: the session's own individual filter on batches of units.
+
+    Args:
+        budget: The session's budget.
+        curs: The release's currencies.
+        guarantee: ``"zcdp"`` or ``"approx"``.
+        prefix: The reserved prefix of the ledger's columns.
+        uid: The unit column, passed through.
+        lifetime: The lifetime budget, if any.
+
+    Returns:
+        The function: batches of units in, ``uid`` and ``ok<i>`` per currency out.
+
+    Example:
+        >>> from tabdp.privacy import Budget
+        >>> f = admit_fn(Budget(rho=1.0), ["rows"], "zcdp", "in_", "u")
+        >>> b = pd.DataFrame({"u": [7], "r0": [0.5], "e0": [1.0], "s0": [1.0],
+        ...                   "in_led:rho": [0.0]})
+        >>> next(f(iter([b]))).values.tolist()
+        [[7, True]]
+    """
+
+    def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
+                ok = admit_batch(budget, curs, guarantee, b, prefix, lifetime)
+            yield pd.DataFrame({uid: b[uid], **{f"ok{i}": ok[c] for i, c in enumerate(curs)}})
+
+    return admit
+
+
+def admit_rows_fn(budget: Any, curs: list[str], guarantee: str, need: list[str],
+                  prefix: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """A scalar pandas UDF's function: the individual filter row by row.
+
+    Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
+    earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency.
+
+    Args:
+        budget: The session's budget.
+        curs: The release's currencies.
+        guarantee: ``"zcdp"`` or ``"approx"``.
+        need: The ledger columns the filter reads, in the order of the ``l<k>`` fields.
+        prefix: The reserved prefix of the ledger's columns.
+
+    Returns:
+        The batch function.
+
+    Example:
+        >>> from tabdp.privacy import Budget
+        >>> f = admit_rows_fn(Budget(rho=1.0), ["rows"], "zcdp", ["rho"], "in_")
+        >>> f(pd.DataFrame({"r0": [2.0], "e0": [2.0], "s0": [1.0], "l0": [0.0]}))["ok0"].tolist()
+        [False]
+    """
+
+    def admit(b: pd.DataFrame) -> pd.DataFrame:
+        b = b.rename(columns={f"l{k}": f"{prefix}led:{c}" for k, c in enumerate(need)})
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            ok = admit_batch(budget, curs, guarantee, b, prefix)
+        return pd.DataFrame({f"ok{i}": ok[c] for i, c in enumerate(curs)})
+
+    return admit
