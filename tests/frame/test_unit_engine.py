@@ -553,3 +553,42 @@ def test_a_row_mode_snapshots_row_ids_are_made_once_and_cannot_be_replaced() -> 
     assert not hasattr(snap.ids, "append") and not hasattr(snap.ids, "__dict__")
     with pytest.raises(AttributeError):
         snap.ids.ids = None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_slice_helpers_equal_numpy_at_every_size_and_position(
+        monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """`any_nonzero`, `increasing`, `filled`, `add_up_into`, `add_up_fresh` by slices.
+
+    With slices from 2 values (``SLICE_ROWS=1``) on 1 to 4 threads, at sizes 0 to 9 (slice
+    bounds at every odd and even place), with a NaN, an inf, a -0.0 or the one nonzero value
+    at each position: the bytes (and truth values) of one NumPy call, and no warning.
+    """
+    import warnings
+
+    from tabdp import _numeric as num
+
+    monkeypatch.setattr(num, "SLICE_ROWS", 1)
+    monkeypatch.setattr(pl, "thread_pool_size", lambda: threads)
+    rng = np.random.default_rng(threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in range(10):
+            base = rng.lognormal(0.0, 3.0, n)
+            assert num.increasing(np.cumsum(base)) == bool(np.all(np.diff(np.cumsum(base)) > 0))
+            assert num.filled(n, -0.0).tobytes() == np.full(n, -0.0).tobytes()
+            for pos in range(n):
+                z = np.zeros(n)
+                z[pos] = 1e-300
+                assert num.any_nonzero(z) and not num.any_nonzero(np.zeros(n))
+                ids = np.arange(n)
+                ids[pos] = ids[pos - 1] if pos else 0
+                assert num.increasing(ids) == (pos == 0)
+                for bad in (np.nan, np.inf, -0.0, 1.7e308):
+                    v = base.copy()
+                    v[pos] = bad
+                    acc = rng.lognormal(0.0, 3.0, n)
+                    want = num.add_up(acc, v)  # (elementwise, one call)
+                    assert num.add_up_fresh(acc, v).tobytes() == want.tobytes()
+                    num.add_up_into(acc, v)
+                    assert acc.tobytes() == want.tobytes()
