@@ -40,12 +40,12 @@ from tabdp import _numeric
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_into, work_pool, work_threads
+from tabdp._policy import Policy as _Policy
+from tabdp._policy import magnitudes_up
+from tabdp._policy import policy_values as _policy_values
+from tabdp._policy import size_and_delta as _size_and_delta
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp._reserved import ROW_ID as _ROW_ID
-from tabdp._spark_worker import Policy as _Policy
-from tabdp._spark_worker import magnitudes_up
-from tabdp._spark_worker import policy_values as _policy_values
-from tabdp._spark_worker import size_and_delta as _size_and_delta
 from tabdp._validation import check_level
 from tabdp.exceptions import (
     ColumnNotFoundError,

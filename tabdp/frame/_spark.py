@@ -52,8 +52,8 @@ import polars as pl
 from tabdp import _spark_worker
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up_any, engine_thread
+from tabdp._policy import Policy as _Policy
 from tabdp._reserved import RESERVED, is_reserved
-from tabdp._spark_worker import Policy as _Policy
 from tabdp._temporal import MAX_TEXT_DAYS
 from tabdp.exceptions import (
     ColumnTypeError,

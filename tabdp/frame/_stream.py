@@ -38,8 +38,8 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up_into, engine_thread
+from tabdp._policy import Policy as _Policy
 from tabdp._reserved import RESERVED
-from tabdp._spark_worker import Policy as _Policy
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame._engine import (

@@ -329,7 +329,7 @@ def test_count_losses_from_the_table_equal_those_of_the_distinct_values(
     for delta in (np.minimum(rng.zipf(2.0, 20_000), 3000).astype(np.float64) + 2.0,
                   np.r_[rng.integers(1, 9, 500).astype(np.float64), 2.5]):  # not whole
         got = _policy_values(policy, "count", delta)
-        monkeypatch.setattr("tabdp._spark_worker.COUNT_TABLE", 0)  # the distinct values
+        monkeypatch.setattr("tabdp._policy.COUNT_TABLE", 0)  # the distinct values
         want = _policy_values(policy, "count", delta)
         monkeypatch.undo()
         assert len(got) == len(want)
