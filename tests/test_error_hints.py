@@ -10,39 +10,30 @@ import io
 from pathlib import Path
 
 import pytest
+from _specs import hierarchies, release_spec  # noqa: E402
 
 from tabdp.cli import main
 from tabdp.compare.sdc import parse_sdc
 from tabdp.datasets import cbp_sample_path, hierarchy_path
 from tabdp.exceptions import InvalidParameterError
 
-_BASE = '''
-[release]
-name = "t"
-[input]
-path = "SAMPLE"
-unit = "estab_id"
-[hierarchies.geo]
-file = "GEOGRAPHY"
-levels = ["state", "county"]
-DOMAINS
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
+#: The one table every case starts from (the cases replace its mechanism's words).
+_TABLE = """[[tables]]
 name = "pay"
 measures = ["payroll"]
 by = ["county", "naics2"]
 mechanism = { family = "gaussian", sigma = 1e5 }
-'''
+"""
 _DOMAINS = '[domains]\nnaics2 = ["11", "21"]'
 _CONSISTENT = 'consistent = true\nrollups = [{ by = ["state", "naics2"], direct = true }]\n'
 
 
 def _spec(domains: str = _DOMAINS, table: str = "", input_: str = "") -> str:
-    text = (_BASE.replace("DOMAINS", domains).replace("SAMPLE", cbp_sample_path().as_posix())
-            .replace("GEOGRAPHY", hierarchy_path("geography").as_posix()) + table)
-    return text.replace('unit = "estab_id"\n', f'unit = "estab_id"\n{input_}', 1)
+    return release_spec(
+        _TABLE + table, name="t", path=cbp_sample_path().as_posix(),
+        input_extra=f'unit = "estab_id"\n{input_}'.rstrip("\n"),
+        sections=hierarchies("geo", files={"geo": hierarchy_path("geography").as_posix()})
+        + domains)
 
 
 def _validate(tmp_path: Path, spec: str) -> tuple[int, str]:
