@@ -32,10 +32,16 @@ at 10M rows, peak RSS ≤ 2× the floor's.
 
 ``--stages N`` runs tabdp once more at ``N`` rows under cProfile and prints the cumulative
 seconds of the top-level stages (the functions of ``tabdp.release`` and ``tabdp.report`` that
-the run calls, and imports), to show where the time above the floor goes.
+the run calls, and imports), to show where the time above the floor goes. cProfile inflates
+the Python-heavy parts; ``--phases N`` instead runs tabdp once more at ``N`` rows with timers
+around the runner's phases (`_PHASES`: the releases' pass, the report's sink and its row
+check, the loss statistics, the rollups, the pages, the writes): each phase's *process* CPU
+seconds (every thread: on a shared machine they move much less than wall seconds), wall
+seconds, minor page faults and the highest resident memory sampled while it ran.
 
 Usage: ``python benchmarks/bench_run.py [--rows 1000 1000000] [--ten-million] [--repeat 3]
-[--stages 1000000]``. Writes ``benchmarks/results/run.json`` and prints a Markdown table.
+[--stages 1000000] [--phases 10000000]``. Writes ``benchmarks/results/run.json`` and prints a
+Markdown table.
 """
 
 from __future__ import annotations
@@ -185,6 +191,70 @@ else:
 """
 
 
+#: Runs ``tabdp.cli run ...`` (its arguments) with timers around the runner's phases and
+#: writes ``{phase: {n, cpu_s, wall_s, minflt, peak_rss_mb}}`` (and ``total``) as JSON to
+#: ``$BENCH_RUN_PHASES`` as it exits. Process CPU (``time.process_time``: every thread) and
+#: minor faults (``getrusage``) are differences over each call; the peak is the highest
+#: ``VmRSS`` a thread samples every 20 ms while the phase runs (nested phases: the innermost).
+_PHASES = """\
+import atexit, functools, json, os, resource, runpy, sys, threading, time
+t0 = time.perf_counter()
+stats, active = {}, []
+def rss():
+    with open('/proc/self/status') as f:
+        return next(int(x.split()[1]) for x in f if x.startswith('VmRSS:')) / 1024
+def sample():
+    while True:
+        if active:
+            s = stats[active[-1]]
+            s['peak_rss_mb'] = max(s['peak_rss_mb'], rss())
+        time.sleep(0.02)
+threading.Thread(target=sample, daemon=True).start()
+def wrap(owner, name, label):
+    f = getattr(owner, name)
+    @functools.wraps(f)
+    def timed(*a, **k):
+        s = stats.setdefault(label, dict(n=0, cpu_s=0.0, wall_s=0.0, minflt=0, peak_rss_mb=0.0))
+        c, w = time.process_time(), time.perf_counter()
+        m = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        active.append(label)
+        try:
+            return f(*a, **k)
+        finally:
+            active.pop()
+            s['n'] += 1
+            s['cpu_s'] += time.process_time() - c
+            s['wall_s'] += time.perf_counter() - w
+            s['minflt'] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - m
+            s['peak_rss_mb'] = max(s['peak_rss_mb'], rss())
+    setattr(owner, name, timed)
+import polars as pl
+import tabdp.frame._stream as st, tabdp.frame.backends.polars as pb
+import tabdp.release._staging as stg, tabdp.release._tables as tb, tabdp.release.runner as rn
+import tabdp.report.html as html
+wrap(rn, 'plan_summary', 'plan')
+wrap(pb.StreamingBackend, '_prefetch', "releases' pass (every table)")
+wrap(st, 'sink_report', 'per-record report (sink, row check included)')
+wrap(st, '_checked_source', 'row check (input read again)')
+wrap(tb, '_rollup', 'rollups')
+wrap(tb, 'publish', 'publication rules and rounding')
+wrap(html, 'loss_statistics', 'loss statistics (report read back)')
+wrap(html, 'render_summary_html', 'public page')
+wrap(html, 'render_confidential_html', 'confidential page')
+wrap(pl.DataFrame, 'write_parquet', 'public and other Parquet writes')
+wrap(stg._Staging, '__exit__', 'staging: renames into place')
+def dump():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    stats['total'] = dict(n=1, cpu_s=time.process_time(), wall_s=time.perf_counter() - t0,
+                          minflt=ru.ru_minflt, peak_rss_mb=ru.ru_maxrss / 1024)
+    with open(os.environ['BENCH_RUN_PHASES'], 'w') as f:
+        json.dump(stats, f)
+atexit.register(dump)
+sys.argv = ['tabdp', *sys.argv[1:]]
+runpy.run_module('tabdp.cli', run_name='__main__', alter_sys=True)
+"""
+
+
 def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of one child process.
 
@@ -261,6 +331,23 @@ def stages(folder: Path, spec: Path, env: dict[str, str], top: int = 25) -> list
     return rows[:top]
 
 
+def phases(folder: Path, spec: Path, env: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Process CPU, wall seconds, minor faults and peak RSS of each phase of one tabdp run.
+
+    Args:
+        folder: The run's folder.
+        spec: Its spec.
+        env: Child environment.
+
+    Returns:
+        Phase -> ``{n, cpu_s, wall_s, minflt, peak_rss_mb}`` (`_PHASES`), ``total`` last.
+    """
+    out = folder / "phases.json"
+    cmd = [sys.executable, "-c", _PHASES, "run", str(spec), "--overwrite", "--quiet"]
+    _timed(cmd, {**env, "BENCH_RUN_PHASES": str(out)})
+    return dict(json.loads(out.read_text()))
+
+
 def main() -> None:
     """Run the benchmark and print a table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,6 +356,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--stages", type=int, default=None, metavar="N",
                     help="also profile one tabdp run at N rows (one of --rows)")
+    ap.add_argument("--phases", type=int, default=None, metavar="N",
+                    help="also time the phases of one tabdp run at N rows (one of --rows)")
     ap.add_argument("--code", type=Path, default=ROOT,
                     help="checkout whose tabdp runs (default: this one), e.g. to compare commits")
     ap.add_argument("--baseline-code", type=Path, default=None,
@@ -307,6 +396,8 @@ def main() -> None:
                           "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs)}
             if args.stages == n:
                 row["stages"] = stages(folder, spec, env)
+            if args.phases == n:
+                row["phases"] = phases(folder, spec, env)
             results.append(row)
             base = (f", baseline {row['tabdp_baseline']['median_s']:.2f} s"
                     if "tabdp_baseline" in row else "")
@@ -344,6 +435,9 @@ def main() -> None:
                   f"(CPU {b['median_cpu_s']:.2f} s), {b['peak_rss_mb']:.0f} MB")
         for s in r.get("stages", []):
             print(f"    {s['cumulative_s']:8.3f} s  {s['calls']:>5}  {s['function']}")
+        for name, p in r.get("phases", {}).items():
+            print(f"    {name:48s} {p['cpu_s']:7.2f} CPU-s {p['wall_s']:7.2f} s "
+                  f"{p['minflt']:>9,} faults {p['peak_rss_mb']:6.0f} MB  x{p['n']}")
 
 
 if __name__ == "__main__":
