@@ -195,14 +195,15 @@ else:
 #: writes ``{phase: {n, cpu_s, wall_s, minflt, peak_rss_mb}}`` (and ``total``) as JSON to
 #: ``$BENCH_RUN_PHASES`` as it exits. Process CPU (``time.process_time``: every thread) and
 #: minor faults (``getrusage``) are differences over each call; the peak is the highest
-#: ``VmRSS`` a thread samples every 20 ms while the phase runs (nested phases: the innermost).
+#: ``VmRSS`` a thread samples every 20 ms while the phase runs (nested phases: the innermost;
+#: ``total``: the child's own ``VmHWM``, as `_PEAK`).
 _PHASES = """\
 import atexit, functools, json, os, resource, runpy, sys, threading, time
 t0 = time.perf_counter()
 stats, active = {}, []
-def rss():
+def rss(key='VmRSS:'):
     with open('/proc/self/status') as f:
-        return next(int(x.split()[1]) for x in f if x.startswith('VmRSS:')) / 1024
+        return next(int(x.split()[1]) for x in f if x.startswith(key)) / 1024
 def sample():
     while True:
         if active:
@@ -246,7 +247,7 @@ wrap(stg._Staging, '__exit__', 'staging: renames into place')
 def dump():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     stats['total'] = dict(n=1, cpu_s=time.process_time(), wall_s=time.perf_counter() - t0,
-                          minflt=ru.ru_minflt, peak_rss_mb=ru.ru_maxrss / 1024)
+                          minflt=ru.ru_minflt, peak_rss_mb=rss('VmHWM:'))
     with open(os.environ['BENCH_RUN_PHASES'], 'w') as f:
         json.dump(stats, f)
 atexit.register(dump)
