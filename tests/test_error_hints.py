@@ -107,6 +107,14 @@ _CASES = [
      _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }',
                      'calibrate = { family = "exp_polylog", targets = { "1e3" = 0.5, '
                      '"1e7" = 10.0 }, typical_total = 1e7, fixed = { p = 1 } }')),
+    # stop 68: a cv threshold written as a percentage passed silently (it flagged almost
+    # nothing: cv_flag = 30 flags only cells whose sd is 30 times their estimate)
+    ("cv_flag as a percentage",
+     _spec().replace("[output]", "[publication]\ncv_flag = 30\n[output]"),
+     "write cv_flag = 0.3 for 30 %",
+     _spec().replace("[output]", "[publication]\ncv_flag = 0.3\n[output]")),
+    ("a table's suppress_cv as a percentage", _spec(table="publication = { suppress_cv = 50 }\n"),
+     "write suppress_cv = 0.5 for 50 %", _spec(table="publication = { suppress_cv = 0.5 }\n")),
 ]
 
 
@@ -185,3 +193,17 @@ def test_existing_plan_out_folder_hint_names_out(tmp_path: Path) -> None:
     assert main(["plan", str(spec), "--out", str(tmp_path / "p1")], stdout=out, stderr=out) == 2
     assert "(or another plan --out)" in out.getvalue().split("Hint:", 1)[1], out.getvalue()
     assert main(["plan", str(spec), "--out", str(tmp_path / "p2")], stdout=out, stderr=out) == 0
+
+
+@pytest.mark.parametrize("call", ["Publication", "forecast", "usability_issues"])
+def test_python_api_refuses_a_percentage_cv_threshold(call: str) -> None:
+    """``cv_flag=30`` (meant as 30 %) passed silently in the Python API too (stop 68)."""
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import forecast, usability_issues
+    from tabdp.release.spec import Publication
+
+    run = {"Publication": lambda: Publication(cv_flag=30),
+           "forecast": lambda: forecast(Gaussian(sigma=1.0), [10.0], cv_flag=30),
+           "usability_issues": lambda: usability_issues(Gaussian(sigma=1.0), cv_flag=30)}[call]
+    with pytest.raises(InvalidParameterError, match=r"got 30\.\nHint: write cv_flag=0\.3 "):
+        run()
