@@ -54,7 +54,7 @@ from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri
 
 from tabdp._deprecation import renamed_argument
-from tabdp._validation import check_real
+from tabdp._validation import check_cv_threshold, check_real
 from tabdp.calibrate import CalibrationResult, calibrate
 from tabdp.exceptions import CalibrationError, InvalidParameterError, UsabilityWarning
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
@@ -608,7 +608,7 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
         0.31
     """
     q = _cells(cell_totals)
-    thr = check_real("cv_flag", cv_flag, owner="forecast", gt=0.0)
+    thr = check_cv_threshold("cv_flag", cv_flag, owner="forecast")
     mech, g = _released_law(mechanism, _grid_arg(grid, "forecast"), count)
     flag, neg, finite = _probabilities(mech, q, thr, g)
     with np.errstate(all="ignore"):
@@ -678,6 +678,8 @@ def usability_issues(mechanism: Mechanism | SmoothSensitivityRelease, *,
         'the log transform with sigma = 0.3 has a coefficient of vari'
     """
     out: list[str] = []
+    if cv_flag is not None:
+        cv_flag = check_cv_threshold("cv_flag", cv_flag, owner="usability_issues")
     floor = cv_floor(mechanism)
     if cv_flag is not None and floor >= cv_flag:
         sig = getattr(mechanism, "sigma", float("nan"))

@@ -107,6 +107,20 @@ _CASES = [
      _spec().replace('mechanism = { family = "gaussian", sigma = 1e5 }',
                      'calibrate = { family = "exp_polylog", targets = { "1e3" = 0.5, '
                      '"1e7" = 10.0 }, typical_total = 1e7, fixed = { p = 1 } }')),
+    # stop 68: the levels of a hierarchy written finest first; the hint said "fix the mapping
+    # file, or list the levels coarsest first" (the file was right) under the key
+    # hierarchies.geo.file
+    ("hierarchy levels finest first",
+     _spec().replace('levels = ["state", "county"]', 'levels = ["county", "state"]'),
+     'write levels = ["state", "county"] in [hierarchies.geo]', _spec()),
+    # stop 68: a cv threshold written as a percentage passed silently (it flagged almost
+    # nothing: cv_flag = 30 flags only cells whose sd is 30 times their estimate)
+    ("cv_flag as a percentage",
+     _spec().replace("[output]", "[publication]\ncv_flag = 30\n[output]"),
+     "write cv_flag = 0.3 for 30 %",
+     _spec().replace("[output]", "[publication]\ncv_flag = 0.3\n[output]")),
+    ("a table's suppress_cv as a percentage", _spec(table="publication = { suppress_cv = 50 }\n"),
+     "write suppress_cv = 0.5 for 50 %", _spec(table="publication = { suppress_cv = 0.5 }\n")),
 ]
 
 
@@ -185,3 +199,51 @@ def test_existing_plan_out_folder_hint_names_out(tmp_path: Path) -> None:
     assert main(["plan", str(spec), "--out", str(tmp_path / "p1")], stdout=out, stderr=out) == 2
     assert "(or another plan --out)" in out.getvalue().split("Hint:", 1)[1], out.getvalue()
     assert main(["plan", str(spec), "--out", str(tmp_path / "p2")], stdout=out, stderr=out) == 0
+
+
+@pytest.mark.parametrize("call", ["Publication", "forecast", "usability_issues"])
+def test_python_api_refuses_a_percentage_cv_threshold(call: str) -> None:
+    """``cv_flag=30`` (meant as 30 %) passed silently in the Python API too (stop 68)."""
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import forecast, usability_issues
+    from tabdp.release.spec import Publication
+
+    run = {"Publication": lambda: Publication(cv_flag=30),
+           "forecast": lambda: forecast(Gaussian(sigma=1.0), [10.0], cv_flag=30),
+           "usability_issues": lambda: usability_issues(Gaussian(sigma=1.0), cv_flag=30)}[call]
+    with pytest.raises(InvalidParameterError, match=r"got 30\.\nHint: write cv_flag=0\.3 "):
+        run()
+
+
+def test_hierarchy_file_that_does_not_nest_names_the_file_and_a_code(tmp_path: Path) -> None:
+    """A mapping that nests in no order: the file is to fix; the hint names a code (stop 68)."""
+    geo = tmp_path / "geo.csv"
+    geo.write_text("state,county\nA,a1\nA,a2\nB,a2\nB,b1\n", encoding="utf-8")
+    spec = release_spec(_TABLE, name="t", path=cbp_sample_path().as_posix(),
+                        input_extra='unit = "estab_id"',
+                        sections=hierarchies("geo", files={"geo": geo.as_posix()}) + _DOMAINS)
+    rc, out = _validate(tmp_path, spec)
+    assert rc == 2 and "hierarchies.geo.file:" in out, out
+    hint = out.split("Hint:", 1)[-1].replace("\n", " ")
+    assert "each 'county' code is on rows of one 'state' code" in hint, out
+    assert "'a2'" in hint and "['A', 'B']" in hint, out
+
+
+def test_consistent_hint_reorders_a_fine_to_coarse_mapping() -> None:
+    """``consistent`` given a mapping fine to coarse: the hint's select makes it work (stop 68)."""
+    import polars as pl
+
+    from tabdp.hierarchy import consistent
+    from tabdp.mechanisms import Gaussian
+
+    frame = pl.DataFrame({"county": ["a1", "a2", "b1"], "state": ["A", "A", "B"]})
+    released = {("county",): pl.DataFrame({"county": ["a1", "a2", "b1"], "n": [1.0, 2.0, 3.0]}),
+                ("state",): pl.DataFrame({"state": ["A", "B"], "n": [3.0, 3.0]})}
+    args = {"measures": ["n"], "mechanisms": {k: Gaussian(sigma=1.0) for k in released},
+            "outputs": list(released)}
+    with pytest.raises(InvalidParameterError) as info:
+        consistent(released, hierarchies={"geo": frame}, **args)
+    hint = str(info.value).split("Hint:", 1)[1]
+    assert "pass hierarchies={'geo': frame.select(['state', 'county'])}" in hint, hint
+    out = consistent(released, hierarchies={"geo": frame.select(["state", "county"])}, **args)
+    assert out[("state",)]["n"].to_list() == pytest.approx([3.0, 3.0])

@@ -171,6 +171,30 @@ def _bad(text: str, got: str, allowed: str) -> InvalidParameterError:
         "time=N solver minutes; linked=auto, on or off).")
 
 
+def _percent_fix(key: str, val: str) -> str:
+    """A fraction where a whole percent is meant (``p=0.1``, ``nk=2,0.85``): the value to write.
+
+    Example:
+        >>> _percent_fix("nk", "2,0.85")
+        ' (k is a whole percent: write nk=2,85 for 85 %)'
+        >>> _percent_fix("p", "ten")
+        ''
+    """
+    head, _, last = val.rpartition(",") if key == "nk" else ("", "", val)
+    try:
+        x = float(last)
+    except ValueError:
+        return ""
+    if not 0 < x < 1:
+        return ""
+    pct = f"{x * 100:.10g}"
+    if not pct.isdigit():
+        return ""
+    name = "k" if key == "nk" else "p"
+    return (f" ({name} is a whole percent: write {key}={head + ',' if head else ''}{pct} for "
+            f"{pct} %)")
+
+
 def parse_sdc(text: str | None) -> SdcOptions:
     """Parse ``tabdp compare --sdc`` options.
 
@@ -223,7 +247,8 @@ def parse_sdc(text: str | None) -> SdcOptions:
         elif key == "nk":
             m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", val)
             if not m or not (1 <= int(m.group(1)) and 0 < int(m.group(2)) <= 100):
-                raise _bad("nk must be n,k with n >= 1 and 0 < k <= 100", val, "e.g. nk=2,85")
+                raise _bad("nk must be n,k with n >= 1 and 0 < k <= 100 (k a whole percent)",
+                           val, "e.g. nk=2,85" + _percent_fix("nk", val))
             values[key] = (int(m.group(1)), int(m.group(2)))
         elif val.lower() == "none" and key in ("p", "freq"):
             values[key] = None
@@ -232,7 +257,8 @@ def parse_sdc(text: str | None) -> SdcOptions:
             try:
                 n = int(val)
             except ValueError:
-                raise _bad(f"{key} must be {what}", val, allowed) from None
+                fix = _percent_fix(key, val) if key == "p" else ""
+                raise _bad(f"{key} must be {what}", val, allowed + fix) from None
             if n < 1 or (key == "p" and n > 100):
                 raise _bad(f"{key} must be {what}", val, allowed)
             values[key] = n

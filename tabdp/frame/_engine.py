@@ -227,25 +227,31 @@ def _check_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
             "a release spec) refuses them (curator mode only)"
             + ("; None no longer picks a rule per mechanism: pass negatives='allow' for a "
                "signed measure." if negatives is None else "."))
-    if sess.mode == "author" and nulls == "error" and has_measures:
-        raise InvalidParameterError(
-            "this session is in author mode (the caller may not see the data), where every "
-            "data rule must be declared: nulls='error' would refuse the release depending "
-            "on the data.\nHint: pass nulls='zero' (count missing values as 0) or "
-            "nulls='drop' (drop their rows).")
     rule = negatives
-    if sess.mode == "author" and kind == "sum" and has_measures and rule == "error":
-        raise InvalidParameterError(
-            "this session is in author mode (the caller may not see the data), where every "
-            "data rule must be declared: negatives='error' (the default) would refuse the "
-            "release depending on the data.\nHint: declare negatives= in the call: "
-            "negatives='zero' (set them to 0) or negatives='drop' (drop their rows)"
-            + ("." if needs_nonneg else ", or negatives='allow' (a signed measure)."))
-    if sess.mode == "author" and needs_nonneg and rule == "allow":
-        raise InvalidParameterError(
-            f"{type(mechanism).__name__} needs non-negative contributions, so in author mode "
-            "negatives='allow' could make the release fail on the data.\nHint: pass "
-            "negatives='zero' (set them to 0) or negatives='drop' (drop their rows).")
+    if sess.mode == "author":
+        # every undeclared rule at once (stop 68): from the arguments alone, no data read
+        problems = []
+        if nulls == "error" and has_measures:
+            problems.append(("nulls='error' would refuse the release depending on the data",
+                             "pass nulls='zero' (count missing values as 0) or nulls='drop' "
+                             "(drop their rows)"))
+        if kind == "sum" and has_measures and rule == "error":
+            problems.append(("negatives='error' (the default) would refuse the release "
+                             "depending on the data",
+                             "declare negatives= in the call: negatives='zero' (set them to 0) "
+                             "or negatives='drop' (drop their rows)"
+                             + ("" if needs_nonneg else ", or negatives='allow' (a signed "
+                                                        "measure)")))
+        if needs_nonneg and rule == "allow":
+            problems.append((f"{type(mechanism).__name__} needs non-negative contributions, "
+                             "so negatives='allow' could make the release fail on the data",
+                             "pass negatives='zero' (set them to 0) or negatives='drop' (drop "
+                             "their rows)"))
+        if problems:
+            raise InvalidParameterError(
+                "this session is in author mode (the caller may not see the data), where every "
+                "data rule must be declared: " + "; ".join(w for w, _ in problems)
+                + ".\nHint: " + "; and ".join(h for _, h in problems) + ".")
     return rule
 
 

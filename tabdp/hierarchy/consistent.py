@@ -265,10 +265,23 @@ def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
         for c in lv:
             ax = [x for x in axes if c in x.levels]
             if not ax:
+                hint = "every level must be a coarsening of the finest one."
+                for h, cols in used.items():
+                    mp = hierarchies[h]
+                    if c in mp.columns and mp.columns.index(c) >= len(cols) and (
+                            mp.group_by(cols[-1]).agg(pl.col(c).n_unique().alias("n"))
+                            ["n"].max() == 1):
+                        # listed after the finest column but coarser than it (each finest
+                        # code under one code of it): the columns were given fine to coarse
+                        order = [c] + [x for x in mp.columns if x != c]
+                        hint = (f"hierarchies[{h!r}] lists {c!r} after {cols[-1]!r}, and its "
+                                f"columns are read coarse to fine, but each {cols[-1]!r} code "
+                                f"is under one {c!r} code: pass hierarchies={{{h!r}: "
+                                f"frame.select({order!r})}} (frame: the mapping passed).")
                 raise InvalidParameterError(
                     f"consistent: column {c!r} of level {list(lv)} is neither a column of the "
                     f"finest level {list(finest_level)} nor a coarser level of its "
-                    "hierarchies.\nHint: every level must be a coarsening of the finest one.")
+                    f"hierarchies.\nHint: {hint}")
         if len({x.name for c in lv for x in axes if c in x.levels}) != len(lv):
             raise InvalidParameterError(
                 f"consistent: level {list(lv)} names two columns of one hierarchy.\nHint: one "

@@ -199,3 +199,17 @@ def test_contributions_to_primary_cells_count_a_record_once_per_primary_cell() -
     # 3 records in all; one of them contributes to both primary cells: 4 contributions
     assert row["contributions_to_primary_cells"] == 4
     assert row["records_in_primary_cells"] == row["contributions_to_primary_cells"]
+
+
+@pytest.mark.parametrize(("bad", "fix", "good"), [
+    ("p=0.1", "write p=10 for 10 %", "p=10"),
+    ("nk=2,0.85", "write nk=2,85 for 85 %", "nk=2,85"),
+    ("p=0.15; nk=3,0.7", "write p=15 for 15 %", "p=15; nk=3,70"),
+])
+def test_sdc_fraction_where_a_percent_is_meant_gets_the_value_to_write(
+        bad: str, fix: str, good: str) -> None:
+    """``p`` and the dominance rule's ``k`` are whole percents; a fraction says so (stop 68)."""
+    with pytest.raises(InvalidParameterError) as info:
+        parse_sdc(bad)
+    assert fix in str(info.value), str(info.value)
+    parse_sdc(good)

@@ -157,6 +157,26 @@ def test_author_mode_refuses_undeclared_rules_before_reading_data(to_engine):
         tabdp.Session(mode="public")
 
 
+def test_author_mode_refuses_every_undeclared_rule_at_once(to_engine):
+    """Both undeclared rules in one error (stop 68): before, nulls first, then negatives."""
+    df = to_engine(_base())
+    s = tabdp.Session(mode="author", data=df)
+    with pytest.raises(tabdp.InvalidParameterError) as info:
+        df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(1.0),
+                  session=s)
+    text = str(info.value)
+    assert "nulls='error'" in text and "negatives='error'" in text, text
+    assert "nulls='drop'" in text and "negatives='allow'" in text, text
+    with pytest.raises(tabdp.InvalidParameterError) as info:
+        df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, negatives="allow",
+                  mechanism=mech.LogTransform(sigma=0.2, offset=1.0), session=s)
+    assert "nulls='error'" in str(info.value) and "LogTransform" in str(info.value)
+    assert len(s.records) == 0
+    # following both hints releases
+    df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, nulls="zero", negatives="zero",
+              mechanism=mech.Gaussian(1.0), session=s)
+
+
 # -- the bisection oracle of issue 13 ----------------------------------------------------------
 def _probe(df: pl.DataFrame, t: float, variant: str, to_engine: Any) -> tuple[str, Any]:
     """One probe of the old attack.

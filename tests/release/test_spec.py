@@ -972,3 +972,54 @@ def test_a_falling_default_budget_curve_is_refused_at_its_key() -> None:
     assert ("the default budget curve falls with the size: 1 at size '1e7' is below 3 at the "
             "smaller size '1e5' (a larger unit may not get a smaller budget)") in text, text
     assert _defaults({"budget": {"rho": {"1e3": 2.0, "1e7": 2.0}}})["budget"]["rho"]
+
+
+def test_author_mode_refuses_every_strict_rule_at_once(meta: Path) -> None:
+    """Every offending data-quality rule of an author-mode spec in one error (stop 68).
+
+    Before, each was refused on its own: a spec with six needed six runs to learn them all.
+    """
+    data, config = _author(meta, nulls="error", negatives="error", nonfinite="error",
+                           unit_nulls="error", bounds={"payroll": [0, 1e10]})
+    data["tables"][0]["nulls"] = "error"
+    data["budget"] = {"rho": 10.0, "max_left_out": 0.05}
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta, curator=config)
+    text = str(info.value)
+    keys = ["budget.max_left_out", "input.unit_nulls", "input.nulls", "tables[0].nulls",
+            "input.negatives", "input.nonfinite", "input.bounds"]
+    assert info.value.path == "input.mode"
+    assert f"{len(keys)} keys" in text, text
+    listed = [line.split()[1] for line in text.splitlines() if line.startswith("  - ")]
+    assert listed == keys, text
+    assert "'employment'" in text and "Hint" in text
+    # following every listed fix makes the spec pass
+    data, config = _author(meta)
+    parse_spec(data, meta, curator=config)
+
+
+@pytest.mark.parametrize(("key", "value", "fix"), [
+    ("cv_flag", 30, "write cv_flag = 0.3 for 30 %"),
+    ("suppress_cv", 50, "write suppress_cv = 0.5 for 50 %"),
+    ("cv_flag", 1.5, "write cv_flag = 0.015 for 1.5 %"),
+    ("cv_flag", 300, "as a fraction"),
+])
+def test_cv_threshold_above_one_is_refused(meta: Path, key: str, value: float,
+                                           fix: str) -> None:
+    """A cv threshold is a fraction: 30 (meant as 30 %) passed silently before stop 68."""
+    for where in ("publication", "table"):
+        data = _base()
+        if where == "publication":
+            data["publication"] = {key: value}
+            path = f"publication.{key}"
+        else:
+            data["tables"][0]["publication"] = {key: value}
+            path = f"tables[0].publication.{key}"
+        with pytest.raises(SpecError) as info:
+            parse_spec(data, meta)
+        text = str(info.value)
+        assert info.value.path == path
+        assert f"got {value}" in text and "at most 1" in text and fix in text, text
+    data = _base()
+    data["publication"] = {"cv_flag": 1.0, "suppress_cv": 1.0}  # the documented maximum
+    assert parse_spec(data, meta).publication.suppress_cv == 1.0

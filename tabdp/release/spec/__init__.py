@@ -123,9 +123,11 @@ The TOML schema (every key not listed is refused)::
                                     # m_flag per measure); `tabdp run --form` overrides it
 
     [publication]                   # optional defaults for every table (a table may override)
-    cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3)
-    suppress_cv = 1.0               # optional: withhold (null) estimates where cv >= this ("S"
-                                    # alone: no C or N); the published intervals stay
+    cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3);
+                                    # a fraction in (0, 1]: 0.3 is 30 % (30 is refused)
+    suppress_cv = 1.0               # optional, in (0, 1]: withhold (null) estimates where
+                                    # cv >= this ("S" alone: no C or N); the published
+                                    # intervals stay
                                     # unconditional, so published small cells cover less
     negative = "flag"               # "flag": flag "N", keep the signed estimate (default);
                                     # "clamp": flag "N" and publish 0 (post-processing, biased

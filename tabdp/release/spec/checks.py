@@ -343,7 +343,9 @@ def _check_report_names(tables: Sequence[TableSpec], inp: InputSpec,
                                          "column in the data and the spec).")
 
 
-def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
+def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec,
+                       budget: BudgetSpec | None = None,
+                       raw_tables: Sequence[Any] = ()) -> None:
     """Bounds name summed measures; author mode declares every data-quality rule."""
     summed = [m for t in tables if t.kind == "sum" for m in t.measures]
     if inp.unit is not None:
@@ -363,46 +365,105 @@ def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
                                   "input.nonfinite = 'clamp' replaces +inf / -inf by the bounds.",
                   "add bounds for every summed measure, or use nonfinite = \"drop\" or "
                   "\"zero\".")
+    if inp.mode == "author":
+        _refuse_author_rules(tables, inp, budget, raw_tables)
+
+
+#: Why author mode refuses a strict data-quality rule (the end of each refusal's message).
+_AUTHOR_WHY = ("in author mode (input.mode = \"author\") every data-quality rule is declared up "
+               "front, so that no value in the data can stop the run")
+
+
+def author_rule_problems(tables: Sequence[TableSpec], inp: InputSpec,
+                         budget: BudgetSpec | None = None,
+                         raw_tables: Sequence[Any] = ()) -> list[tuple[str, str, str]]:
+    """Every rule of an author-mode spec that would let a value in the data stop the run.
+
+    Read from the spec's text alone (no data is read), so the list never depends on a record.
+    Each rule is refused because a strict rule (``'error'``), a missing public bound or a limit
+    on what the budget leaves out (``max_left_out``) turns one record's value into a failed
+    run, which an author who may not see the data would learn from.
+
+    Args:
+        tables: The parsed tables.
+        inp: The ``[input]`` section (any mode; curator mode has no problems).
+        budget: The ``[budget]`` section, if any.
+        raw_tables: The ``[[tables]]`` as written: a table's own ``nulls = "error"`` is listed
+            (one that only inherits ``input.nulls`` is fixed with it, so it is not).
+
+    Returns:
+        ``(key, what is wrong, the fix)`` per offending key, in spec order.
+
+    Example:
+        >>> from tabdp.release.spec.model import InputSpec
+        >>> inp = InputSpec(path=None, source="", mode="author", unit="estab_id")
+        >>> [key for key, _, _ in author_rule_problems([], inp)]
+        ['input.unit_nulls']
+    """
     if inp.mode != "author":
-        return
+        return []
+    out: list[tuple[str, str, str]] = []
+    if budget is not None and budget.max_left_out is not None:
+        out.append(("budget.max_left_out",
+                    "makes a run fail on what the budget left out of the data, so the run's "
+                    "outcome would depend on single records",
+                    "remove budget.max_left_out (the curator sets it in a curator-mode spec)"))
     if inp.unit is not None and inp.unit_nulls == "error":
-        _fail("input.unit_nulls", "is 'error' (the default), but in author mode (input.mode = "
-                                  "\"author\") every data-quality rule is declared up front, so "
-                                  "that no value in the data can stop the run.",
-              'set input.unit_nulls = "drop".')
+        out.append(("input.unit_nulls", "is 'error' (the default)",
+                    'set input.unit_nulls = "drop"'))
+    summed = [m for t in tables if t.kind == "sum" for m in t.measures]
     if not summed:
-        return  # a release of counts only reads no measure values
-    why = ("in author mode (input.mode = \"author\") every data-quality rule is declared up "
-           "front, so that no value in the data can stop the run")
+        return out  # a release of counts only reads no measure values
     if inp.nulls == "error":
-        _fail("input.nulls", f"is 'error' (the default), but {why}.",
-              'set input.nulls = "zero" or "drop".')
+        out.append(("input.nulls", "is 'error' (the default)",
+                    'set input.nulls = "zero" or "drop"'))
     for i, t in enumerate(tables):
-        if t.kind == "sum" and t.nulls == "error":
-            _fail(f"tables[{i}].nulls", f"is 'error', but {why}.",
-                  'set nulls = "zero" or "drop" (or remove it to use input.nulls).')
+        written = i < len(raw_tables) and isinstance(raw_tables[i], Mapping) \
+            and "nulls" in raw_tables[i]
+        if t.kind == "sum" and t.nulls == "error" and (written or inp.nulls != "error"):
+            out.append((f"tables[{i}].nulls", "is 'error'",
+                        'set nulls = "zero" or "drop" (or remove it to use input.nulls)'))
     if inp.negatives == "error":
-        _fail("input.negatives", f"is 'error' (the default), but {why}.",
-              'set input.negatives = "zero", "drop" or "allow" (signed measures, additive '
-              "mechanisms only).")
+        out.append(("input.negatives", "is 'error' (the default)",
+                    'set input.negatives = "zero", "drop" or "allow" (signed measures, '
+                    "additive mechanisms only)"))
     if inp.nonfinite == "error":
-        _fail("input.nonfinite", f"is 'error' (the default), but {why}.",
-              'set input.nonfinite = "drop", "zero" or "clamp".')
+        out.append(("input.nonfinite", "is 'error' (the default)",
+                    'set input.nonfinite = "drop", "zero" or "clamp"'))
     missing = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
     if missing:
-        _fail("input.bounds", f"has no public bounds for measure(s) {_names(missing)}, but {why} "
-                              "(a huge value must not be able to stop the release).",
-              "add input.bounds = { " + ", ".join(f"{m} = [0, 1e10]" for m in missing)
-              + " } with bounds known without looking at the data.")
-    for i, t in enumerate(tables):
-        if t.kind == "sum" and getattr(t.mechanism, "requires_nonnegative", False):
-            signed = [m for m in t.measures if inp.bounds[m][0] < 0]
-            if inp.negatives == "allow" and signed:
-                _fail("input.negatives", f"is 'allow' and measure(s) {_names(signed)} may be "
-                                         f"negative (input.bounds), but tables[{i}] uses "
-                                         f"{type(t.mechanism).__name__}, which needs non-negative "
-                                         f"contributions; {why}.",
-                      'set input.negatives = "zero" or "drop", or lower bounds >= 0.')
+        out.append(("input.bounds", f"has no public bounds for measure(s) {_names(missing)} (a "
+                                    "huge value must not be able to stop the release)",
+                    "add input.bounds = { " + ", ".join(f"{m} = [0, 1e10]" for m in missing)
+                    + " } with bounds known without looking at the data"))
+    if inp.negatives == "allow":
+        for i, t in enumerate(tables):
+            if t.kind == "sum" and getattr(t.mechanism, "requires_nonnegative", False):
+                signed = [m for m in t.measures if m in inp.bounds and inp.bounds[m][0] < 0]
+                if signed:
+                    out.append(("input.negatives",
+                                f"is 'allow' and measure(s) {_names(signed)} may be negative "
+                                f"(input.bounds), but tables[{i}] uses "
+                                f"{type(t.mechanism).__name__}, which needs non-negative "
+                                "contributions",
+                                'set input.negatives = "zero" or "drop", or lower bounds >= 0'))
+                    break
+    return out
+
+
+def _refuse_author_rules(tables: Sequence[TableSpec], inp: InputSpec,
+                         budget: BudgetSpec | None, raw_tables: Sequence[Any]) -> None:
+    """Author mode: refuse every offending data-quality rule in one error (spec text only)."""
+    problems = author_rule_problems(tables, inp, budget, raw_tables)
+    if len(problems) == 1:
+        key, what, fix = problems[0]
+        _fail(key, f"{what}, but {_AUTHOR_WHY}.", f"{fix}.")
+    if problems:
+        lines = "".join(f"\n  - {key} {what}: {fix}." for key, what, fix in problems)
+        _fail("input.mode", f"is 'author', but {len(problems)} keys of this spec would let a "
+                            f"value in the data stop the run ({_AUTHOR_WHY}):{lines}",
+              "change every key listed above; the list is complete (it is read from the spec "
+              "alone, without reading any data).")
 
 
 def read_paths(inp: InputSpec, hierarchies: Mapping[str, Hierarchy],

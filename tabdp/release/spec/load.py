@@ -393,11 +393,6 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     hierarchies = (_parse_hierarchies(d["hierarchies"], base, domains)
                    if "hierarchies" in d else {})
     budget = _parse_budget(d["budget"]) if "budget" in d else None
-    if budget is not None and budget.max_left_out is not None and inp.mode == "author":
-        _fail("budget.max_left_out", "max_left_out makes a run fail on what the budget left out "
-              "of the data, so in author mode the run's outcome would depend on single records.",
-              'remove budget.max_left_out from an author-mode spec (the curator sets it in a '
-              'curator-mode spec), or use input.mode = "curator".')
     seed = _parse_seed(d["randomness"]) if "randomness" in d else None
     if inp.mode == "author" and "randomness" in d and not getattr(
             curator, "seeded_author_runs", False):
@@ -446,7 +441,7 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     _check_global_round(tables, raw_tables, publication, plan, release.level)
     _check_currencies(tables, budget)
     _check_max_rho(tables, budget, inp, getattr(curator, "max_rho", None))
-    _check_input_rules(tables, inp)
+    _check_input_rules(tables, inp, budget, raw_tables)
     _check_report_names(tables, inp, ledger)
     if inp.mode == "author":
         _check_declared_columns(tables, inp)

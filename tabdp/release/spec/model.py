@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._validation import check_cv_threshold
 
 if TYPE_CHECKING:
     from tabdp.privacy.budget import Budget
@@ -160,6 +161,13 @@ class Publication:
     suppress_cv: float | None = None
     round: float | Mapping[str, float] | None = None
     negative: str = "flag"
+
+    def __post_init__(self) -> None:
+        """Refuse a cv threshold outside (0, 1] (``30`` meant as 30 %: the fix says 0.3)."""
+        for name in ("cv_flag", "suppress_cv"):
+            value = getattr(self, name)
+            if value is not None:
+                check_cv_threshold(name, value, owner="Publication")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from tabdp import registry
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._reserved import ROW_ID as _ROW_ID
-from tabdp._validation import bounds_text, first_fall
+from tabdp._validation import CV_THRESHOLD_MAX, bounds_text, cv_threshold_fix, first_fall
 from tabdp.exceptions import SpecError
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
@@ -295,7 +295,14 @@ def _cv(value: Any, path: str) -> float | None:
         return None
     if value is True:
         _fail(path, "must be a number > 0 or false; got true.", hint)
-    return _number(value, path, what="the cv threshold", gt=0.0, hint=hint)
+    x = _number(value, path, what="the cv threshold", gt=0.0, hint=hint)
+    if x > CV_THRESHOLD_MAX:
+        # a cv is a fraction: 30 (meant as 30 %) would flag only cells whose sd is 30 times
+        # their estimate, that is almost none, silently (review rev67w)
+        _fail(path, f"the cv threshold must be > 0 and at most {CV_THRESHOLD_MAX:g} (a "
+                    f"coefficient of variation, sd / |estimate|, written as a fraction); got "
+                    f"{_show(value)}.", cv_threshold_fix(x, path.rsplit(".", 1)[-1]))
+    return x
 
 
 #: The constant key column the run adds for a national (``by = []``) table or rollup

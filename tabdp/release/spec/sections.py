@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -431,16 +432,26 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
                   "give one row per finest code with its codes at every level.")
         mapping = mapping.unique(maintain_order=True)
         for coarse, fine in zip(levels, levels[1:], strict=False):
-            bad = (mapping.select(coarse, fine).unique()
-                   .group_by(fine).agg(pl.col(coarse).sort().alias("parents"))
-                   .filter(pl.col("parents").list.len() > 1).sort(fine))
+            bad = _several_parents(mapping, coarse, fine)
             if bad.height:
                 code, parents = bad.row(0)
-                _fail(fp, f"{fine!r} code {code!r} maps to several {coarse!r} codes "
-                          f"{_show(parents)} in {_shown(file)!r} ({bad.height} such code(s)); "
-                          "each finer code must map to exactly one coarser code.",
-                      f"fix the mapping file, or list the levels coarsest first "
-                      f"(got {_show(list(levels))}).")
+                what = (f"{fine!r} code {code!r} maps to several {coarse!r} codes "
+                        f"{_show(parents)} in {_shown(file)!r} ({bad.height} such code(s)); "
+                        "each finer code must map to exactly one coarser code")
+                order = _coarsest_first(mapping, levels)
+                if order is not None:  # the levels were listed in another order (public file)
+                    _fail(lp, f"the levels are not listed coarsest first: got "
+                              f"{_show(list(levels))}, so {fine!r} is read as finer than "
+                              f"{coarse!r}, but {fine!r} code {code!r} is on rows of "
+                              f"{len(parents)} {coarse!r} codes (e.g. {_show(parents[:3])}) in "
+                              f"{_shown(file)!r}; in the "
+                              f"order {_show(order)} every code has one parent.",
+                          f"write levels = {json.dumps(order)} in [hierarchies.{name}] "
+                          "(coarsest first).")
+                _fail(fp, f"{what}.",
+                      f"fix the file so that each {fine!r} code is on rows of one {coarse!r} "
+                      f"code only (e.g. {fine!r} {code!r} is on rows with {coarse!r} "
+                      f"{_show(parents[:5])}), or list only levels that nest.")
         for other in {owner[lv] for lv in levels if lv in owner}:
             _check_alternative(out[other], name, levels, mapping, fp)
         for level in levels:
@@ -449,6 +460,24 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
         out[name] = Hierarchy(name=name, file=file, levels=levels, mapping=mapping)
     _check_classifications(out)
     return out
+
+
+def _several_parents(mapping: pl.DataFrame, coarse: str, fine: str) -> pl.DataFrame:
+    """The ``fine`` codes of a mapping with more than one ``coarse`` code (sorted ``parents``)."""
+    return (mapping.select(coarse, fine).unique()
+            .group_by(fine).agg(pl.col(coarse).sort().alias("parents"))
+            .filter(pl.col("parents").list.len() > 1).sort(fine))
+
+
+def _coarsest_first(mapping: pl.DataFrame, levels: Sequence[str]) -> list[str] | None:
+    """The levels in an order that nests (fewest codes first), if it differs and nests."""
+    order = sorted(levels, key=lambda lv: mapping[lv].n_unique())
+    if order == list(levels):
+        return None
+    for coarse, fine in zip(order, order[1:], strict=False):
+        if _several_parents(mapping, coarse, fine).height:
+            return None
+    return order
 
 
 def _check_classifications(hierarchies: Mapping[str, Hierarchy]) -> None:
