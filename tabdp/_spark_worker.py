@@ -4,8 +4,9 @@ A pandas UDF (or ``mapInPandas`` function) is pickled on the driver and unpickle
 Python worker, which imports every module the function's code refers to by reference. Spark
 starts new workers often (one per core at the first Python task, again after a worker has been
 idle for a minute), so these functions live here, in a module that imports NumPy and pandas
-only (and, by reference, the mechanism's own module): not Polars, not tabdp's frame engine,
-not `tabdp.release`. The per-row policy (`tabdp._policy`: `Policy`, `magnitudes_up`,
+only (and, by reference, the mechanism's own module and its noise law's, which load neither
+SciPy's special functions nor mpmath until a noise table needs them): not Polars, not tabdp's
+frame engine, not `tabdp.release`. The per-row policy (`tabdp._policy`: `Policy`, `magnitudes_up`,
 `size_and_delta`, `policy_values`) is the one the Polars engine uses, so both engines charge
 identical losses; it lives apart, in NumPy only, so that the Polars engine (a `tabdp run`)
 does not load pandas.
@@ -31,6 +32,7 @@ import pandas as pd
 
 from tabdp._numeric import add_up, engine_thread
 from tabdp._policy import Policy, magnitudes_up, policy_values, size_and_delta
+from tabdp._quantile_cells import cell_quantiles
 
 if TYPE_CHECKING:
     from tabdp.mechanisms import Mechanism
@@ -98,6 +100,43 @@ def _charged(pol: Policy, curs: list[tuple[str, list[str]]], kind: str, bits: di
             out[f"ea{i}"], out[f"da{i}"] = vals[2], vals[3]
     out["cell_rho"], out["cell_size"] = cell_rho, cell_size
     return pd.DataFrame(out)
+
+
+def quantile_cell_fn(cell: str, x: str, q: float, gamma: float,
+                     bounds: tuple[float, float]) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """An ``applyInPandas`` function: one cell's exact quantile and smooth sensitivity.
+
+    The group's values (column ``x``) go through `tabdp._quantile_cells.cell_quantiles`, the
+    computation of every engine (before stop 68 this function was a closure in the frame
+    engine's module, and a new worker unpickling it imported Polars and the frame engine).
+
+    Args:
+        cell: The cell column (one value per group).
+        x: The values' column.
+        q: Quantile level.
+        gamma: Smoothness γ.
+        bounds: Public ``(lo, hi)``.
+
+    Returns:
+        The function: a cell's rows in, one row out (``cell``, ``truth``, ``ss``, ``n`` and the
+        CONFIDENTIAL count ``clipped``).
+
+    Example:
+        >>> f = quantile_cell_fn("c", "v", 0.5, 1.0, (0.0, 10.0))
+        >>> f(pd.DataFrame({"c": [4, 4, 4], "v": [1.0, 2.0, 30.0]}))[["c", "truth", "n",
+        ...                                                          "clipped"]].values.tolist()
+        [[4.0, 2.0, 3.0, 1.0]]
+    """
+
+    def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
+        v = pdf[x].to_numpy(dtype=np.float64)
+        with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
+            t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, q, gamma,
+                                            bounds)
+        return pd.DataFrame({cell: [int(pdf[cell].iloc[0])], "truth": [float(t[0])],
+                             "ss": [float(ss[0])], "n": [int(v.size)], "clipped": [clipped]})
+
+    return per_cell
 
 
 def eps_delta_fn(delta: float) -> Callable[[pd.DataFrame], pd.Series]:

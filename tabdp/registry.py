@@ -9,8 +9,9 @@ mechanism's ``to_dict()``, the release manifest, reports) writes the canonical n
 (the spec parser, [`tabdp.calibrate`][tabdp.calibrate.calibrate]) accepts the aliases too.
 
 This module imports nothing from tabdp but the exceptions: the mechanism and noise modules import
-it, and a reader (the spec parser, calibration, rollups) imports the classes it needs, which
-registers them.
+it. `tabdp.mechanisms` and `tabdp.noise` load their modules on first use (a Spark worker that
+unpickles one mechanism imports its module only), so the first lookup here (`get`, `canonical`,
+`names`, `families`, `family_of`) imports every mechanism and noise module, which registers them.
 
 Example:
     >>> import tabdp.mechanisms
@@ -26,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -83,6 +85,30 @@ class Family:
 
 _FAMILIES: dict[tuple[str, str], Family] = {}
 _LOOKUP: dict[tuple[str, str], str] = {}
+_PACKAGES: dict[str, str] = {"mechanism": "tabdp.mechanisms", "noise": "tabdp.noise"}
+_LOADED: set[str] = set()
+
+
+def _load(kind: str) -> None:
+    """Register tabdp's own families of a kind before its first lookup (they load lazily).
+
+    Each kind loads its own package only: the noise laws import no mechanism, so a mechanism
+    module that reads the noise names when it is imported (``tabdp.mechanisms.smooth``) does
+    not import the other mechanisms half-way through its own import.
+
+    Example:
+        >>> _load("noise")
+        >>> ("noise", "polyplace") in _FAMILIES
+        True
+    """
+    if kind in _LOADED or kind not in _PACKAGES:
+        return
+    _LOADED.add(kind)  # first: the modules' own registrations call `register`, not lookups
+    try:
+        importlib.import_module(_PACKAGES[kind])._register()
+    except BaseException:
+        _LOADED.discard(kind)
+        raise
 
 
 def _same_class(a: type, b: type) -> bool:
@@ -230,6 +256,7 @@ def canonical(name: Any, kind: Kind = "mechanism", *, loose: bool = False) -> st
     """
     if not isinstance(name, str):
         return None
+    _load(kind)
     hit = _LOOKUP.get((kind, name))
     if hit is not None or not loose:
         return hit
@@ -245,6 +272,7 @@ def _squash(name: str) -> str:
 
 
 def _of_kind(kind: str, tag: str | None = None) -> list[Family]:
+    _load(kind)
     fams = [f for (k, _), f in _FAMILIES.items() if k == kind and (tag is None or tag in f.tags)]
     return sorted(fams, key=lambda f: f.rank)
 

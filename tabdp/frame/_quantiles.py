@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tabdp._numeric import add_up, inflate, mul_up
+from tabdp._quantile_cells import SS_FLOOR, cell_quantiles, floored_smooth_sensitivity, ss_floor
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._author import _caller_stacklevel
@@ -32,66 +33,9 @@ from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityRelease
-from tabdp.sensitivity.smooth import (
-    group_sort,
-    grouped_quantile,
-    smooth_sensitivity_grouped,
-)
 
 __all__ = ["quantile_label", "SS_FLOOR", "GroupPrivacyPolicy", "PlannedQuantile",
            "cell_quantiles", "floored_smooth_sensitivity", "ss_floor"]
-
-#: Smooth sensitivities are floored at SS_FLOOR·max(hi − lo, |lo|, |hi|). max(SS, c) is still a
-#: γ-smooth upper bound for a public constant c, so the guarantee is unchanged; the floor prevents
-#: SS from underflowing to 0 (and the value being released without noise) in huge, tightly packed
-#: cells. It is relative to the magnitude of the bounds, not only to their span, so that the noise
-#: is not lost to rounding when the bounds are narrow and far from 0 (e.g. (1e9, 1e9 + 1)).
-SS_FLOOR = 1e-12
-
-
-def ss_floor(bounds: tuple[float, float]) -> float:
-    """The public floor of the smooth sensitivities: ``SS_FLOOR·max(hi − lo, |lo|, |hi|)``.
-
-    Args:
-        bounds: Public ``(lo, hi)``.
-
-    Returns:
-        The floor (> 0 for lo < hi).
-
-    Example:
-        >>> ss_floor((0.0, 1e9)), ss_floor((1e9, 1e9 + 1.0))
-        (0.001, 0.001000000001)
-    """
-    lo, hi = bounds
-    return SS_FLOOR * max(hi - lo, abs(lo), abs(hi))
-
-
-def floored_smooth_sensitivity(sorted_values: np.ndarray, offsets: np.ndarray, q: float,
-                               gamma: float, bounds: tuple[float, float]) -> np.ndarray:
-    """The SS a quantile release uses: the γ-smooth sensitivity, floored at `ss_floor`.
-
-    ``max(SS, c)`` is γ-smooth like SS: between neighbouring datasets its logarithm changes by
-    at most γ (what the private noise-scale estimate relies on), and it lies in
-    ``[floor, max(hi − lo, floor)]`` for any data.
-
-    Args:
-        sorted_values: Values sorted inside each cell
-            ([`group_sort`][tabdp.sensitivity.group_sort]).
-        offsets: Cell boundaries.
-        q: Quantile level.
-        gamma: Smoothness γ.
-        bounds: Public ``(lo, hi)``.
-
-    Returns:
-        One SS per cell.
-
-    Example:
-        >>> v, off = group_sort([1.0, 2.0, 3.0], [0, 0, 0], 2)
-        >>> [round(float(x), 4) for x in floored_smooth_sensitivity(v, off, 0.5, 1.0, (0, 10))]
-        [2.943, 10.0]
-    """
-    ss = smooth_sensitivity_grouped(sorted_values, offsets, q, gamma, bounds)
-    return np.maximum(ss, ss_floor(bounds))
 
 
 class GroupPrivacyPolicy:
@@ -330,36 +274,3 @@ class PlannedQuantile(NamedTuple):
     cv: bool
 
 
-def cell_quantiles(codes: np.ndarray, values: np.ndarray, n_keys: int, q: float,
-                   gamma: float, bounds: tuple[float, float]
-                   ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Each cell's exact clipped quantile and floored smooth sensitivity (no noise).
-
-    The one computation of every engine: values clipped to the public bounds, sorted inside
-    their cell, the order statistic of rank ``quantile_rank(n, q)`` and the γ-smooth
-    sensitivity floored at `ss_floor` (an empty cell gets the empty cell's values).
-
-    Args:
-        codes: Each value's cell (its position in the key set).
-        values: The admitted values (missing ones replaced by the nulls rule).
-        n_keys: Cells in the key set.
-        q: Quantile level.
-        gamma: Smoothness γ.
-        bounds: Public ``(lo, hi)``.
-
-    Returns:
-        ``(truth, ss, clipped)``: one quantile and one SS per cell, and the CONFIDENTIAL
-        number of values outside the bounds.
-
-    Example:
-        >>> t, ss, n = cell_quantiles(np.array([0, 0, 0]), np.array([1.0, 2.0, 30.0]), 2, 0.5,
-        ...                           1.0, (0.0, 10.0))
-        >>> t.tolist(), n
-        ([2.0, 0.0], 1)
-    """
-    lo, hi = bounds
-    clipped = int(((values < lo) | (values > hi)).sum())
-    sorted_vals, offsets = group_sort(np.clip(values, lo, hi), codes, n_keys)
-    truth = grouped_quantile(sorted_vals, offsets, q, (lo, hi))
-    ss = floored_smooth_sensitivity(sorted_vals, offsets, q, gamma, (lo, hi))
-    return truth, ss, clipped

@@ -51,7 +51,7 @@ import polars as pl
 
 from tabdp import _spark_worker
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up_any, engine_thread
+from tabdp._numeric import add_up_any
 from tabdp._policy import Policy as _Policy
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp._temporal import MAX_TEXT_DAYS
@@ -2742,18 +2742,10 @@ class SparkBackend:
             kept = inside.join(decided.filter(F.col("ok0")).select(_UID), on=_UID,
                                how="left_semi")
 
-        def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
-            v = pdf[f"{_IN}x"].to_numpy(dtype=np.float64)
-            with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
-                t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, qv,
-                                                gamma, (lo, hi))
-            return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
-                                 "ss": [float(ss[0])], "n": [int(v.size)],
-                                 "clipped": [clipped]})
-
         with _quiet():
             rows = kept.groupBy(_CELL).applyInPandas(
-                per_cell, f"{_CELL} long, truth double, ss double, n long, clipped long"
+                _spark_worker.quantile_cell_fn(_CELL, f"{_IN}x", qv, gamma, (lo, hi)),
+                f"{_CELL} long, truth double, ss double, n long, clipped long"
             ).collect()
         n_keys = len(keys) if by_list else 1
         t0, ss0, _ = cell_quantiles(np.zeros(0, dtype=np.int64), np.zeros(0), 1, qv, gamma,

@@ -19,30 +19,62 @@ Example:
     10.604
 """
 
-from typing import Any
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from tabdp._deprecation import moved_name
-from tabdp.mechanisms._base import (
-    DEFAULT_LEVEL,
-    LawOfSums,
-    Mechanism,
-    ReleasedValues,
-    pure_to_zcdp,
-)
-from tabdp.mechanisms._totals import ExactTotals
-from tabdp.mechanisms.additive import (
-    AdditiveMechanism,
-    ExpPolyLog,
-    Gaussian,
-    GeneralizedGaussian,
-    Laplace,
-    UnitSplitting,
-)
-from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism, DiscreteGaussian, DiscreteLaplace
-from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
-from tabdp.mechanisms.smooth import SmoothSensitivityMechanism, SmoothSensitivityRelease
-from tabdp.mechanisms.stable import SymmetricStable
-from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
+
+if TYPE_CHECKING:
+    from tabdp.mechanisms._base import (
+        DEFAULT_LEVEL,
+        LawOfSums,
+        Mechanism,
+        ReleasedValues,
+        pure_to_zcdp,
+    )
+    from tabdp.mechanisms._totals import ExactTotals
+    from tabdp.mechanisms.additive import (
+        AdditiveMechanism,
+        ExpPolyLog,
+        Gaussian,
+        GeneralizedGaussian,
+        Laplace,
+        UnitSplitting,
+    )
+    from tabdp.mechanisms.discrete import (
+        DiscreteAdditiveMechanism,
+        DiscreteGaussian,
+        DiscreteLaplace,
+    )
+    from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
+    from tabdp.mechanisms.smooth import SmoothSensitivityMechanism, SmoothSensitivityRelease
+    from tabdp.mechanisms.stable import SymmetricStable
+    from tabdp.mechanisms.transformation import (
+        LogTransform,
+        RootTransform,
+        TransformationMechanism,
+    )
+
+#: Where each public name is defined. The names are loaded on first use (PEP 562): a Spark worker
+#: that unpickles one mechanism imports its module only (and its noise law's), not every
+#: mechanism with SciPy's special functions and mpmath (stop 68). The registry imports every
+#: module here (`_register`) before its first lookup.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("DEFAULT_LEVEL", "LawOfSums", "Mechanism", "ReleasedValues",
+                     "pure_to_zcdp"), "_base"),
+    "ExactTotals": "_totals",
+    **dict.fromkeys(("AdditiveMechanism", "ExpPolyLog", "Gaussian", "GeneralizedGaussian",
+                     "Laplace", "UnitSplitting"), "additive"),
+    **dict.fromkeys(("DiscreteAdditiveMechanism", "DiscreteGaussian", "DiscreteLaplace"),
+                    "discrete"),
+    **dict.fromkeys(("Logistic", "Subbotin", "VectorSubbotin"), "logconcave"),
+    **dict.fromkeys(("SmoothSensitivityMechanism", "SmoothSensitivityRelease"), "smooth"),
+    "SymmetricStable": "stable",
+    **dict.fromkeys(("LogTransform", "RootTransform", "TransformationMechanism"),
+                    "transformation"),
+}
 
 __all__ = [
     # the contract of a mechanism
@@ -88,13 +120,21 @@ _MOVED: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
     if name in _MOVED:
-        import importlib
-
         home = _MOVED[name]
         return moved_name(__name__, name, home, getattr(importlib.import_module(home), name))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) - set(_MOVED))
+    return sorted((set(globals()) | set(__all__)) - set(_MOVED))
+
+
+def _register() -> None:
+    """Import every mechanism module (each registers its families): a registry lookup's need."""
+    for module in sorted(set(_LAZY.values())):
+        importlib.import_module(f"{__name__}.{module}")

@@ -44,13 +44,13 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 from numbers import Rational, Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp import registry
+from tabdp._lazy_scipy import LazyModule
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import (
@@ -65,6 +65,11 @@ from tabdp.mechanisms._base import (
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.noise.discrete import MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.rng import as_random_source
+
+if TYPE_CHECKING:
+    import mpmath
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    mpmath = LazyModule("mpmath")
 
 __all__ = ["DiscreteAdditiveMechanism", "DiscreteGaussian", "DiscreteLaplace"]
 

@@ -9,28 +9,71 @@ Example:
     True
 """
 
-from tabdp import registry as _registry
-from tabdp.noise._base import NoiseDistribution
-from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
-from tabdp.noise.exp_polylog import ExpPolyLog
-from tabdp.noise.gaussian import Gaussian, Laplace
-from tabdp.noise.generalized_gaussian import GeneralizedGaussian
-from tabdp.noise.logconcave import Logistic, Subbotin
-from tabdp.noise.polyplace import PolyPlace
-from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
-from tabdp.noise.stable import SymmetricStable
+from __future__ import annotations
 
-# Each law's public family name (tabdp.registry); "smooth": a smooth-sensitivity noise law.
-for _name, _cls, _aliases, _tags in [
-        ("polyplace", PolyPlace, (), ("smooth",)), ("student_t", StudentT, (), ("smooth",)),
-        ("cauchy", GeneralizedCauchy, ("generalized_cauchy",), ("smooth",)),
-        ("laplace", Laplace, (), ("smooth",)), ("gaussian", Gaussian, (), ()),
-        ("generalized_gaussian", GeneralizedGaussian, (), ()), ("exp_polylog", ExpPolyLog, (), ()),
-        ("discrete_gaussian", DiscreteGaussianNoise, (), ()),
-        ("discrete_laplace", DiscreteLaplaceNoise, (), ()), ("logistic", Logistic, (), ()),
-        ("subbotin", Subbotin, (), ()), ("symmetric_stable", SymmetricStable, ("stable",), ())]:
-    _registry.noise_law(_name, _cls, aliases=_aliases, tags=_tags)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tabdp.noise._base import NoiseDistribution
+    from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
+    from tabdp.noise.exp_polylog import ExpPolyLog
+    from tabdp.noise.gaussian import Gaussian, Laplace
+    from tabdp.noise.generalized_gaussian import GeneralizedGaussian
+    from tabdp.noise.logconcave import Logistic, Subbotin
+    from tabdp.noise.polyplace import PolyPlace
+    from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
+    from tabdp.noise.stable import SymmetricStable
+
+# The laws are loaded on first use (PEP 562): a Spark worker that unpickles one mechanism imports
+# its law's module only, not SciPy's special functions and mpmath with every other law's.
+_LAZY: dict[str, str] = {
+    "NoiseDistribution": "_base",
+    "DiscreteGaussianNoise": "discrete",
+    "DiscreteLaplaceNoise": "discrete",
+    "ExpPolyLog": "exp_polylog",
+    "Gaussian": "gaussian",
+    "Laplace": "gaussian",
+    "GeneralizedGaussian": "generalized_gaussian",
+    "Logistic": "logconcave",
+    "Subbotin": "logconcave",
+    "PolyPlace": "polyplace",
+    "GeneralizedCauchy": "smooth_baselines",
+    "StudentT": "smooth_baselines",
+    "SymmetricStable": "stable",
+}
+
+# Each law's public family name (tabdp.registry, which calls `_register` before its first
+# lookup); "smooth": a smooth-sensitivity noise law.
+_FAMILIES: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
+    ("polyplace", "PolyPlace", (), ("smooth",)), ("student_t", "StudentT", (), ("smooth",)),
+    ("cauchy", "GeneralizedCauchy", ("generalized_cauchy",), ("smooth",)),
+    ("laplace", "Laplace", (), ("smooth",)), ("gaussian", "Gaussian", (), ()),
+    ("generalized_gaussian", "GeneralizedGaussian", (), ()), ("exp_polylog", "ExpPolyLog", (), ()),
+    ("discrete_gaussian", "DiscreteGaussianNoise", (), ()),
+    ("discrete_laplace", "DiscreteLaplaceNoise", (), ()), ("logistic", "Logistic", (), ()),
+    ("subbotin", "Subbotin", (), ()), ("symmetric_stable", "SymmetricStable", ("stable",), ())]
 
 __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",
            "PolyPlace", "StudentT", "GeneralizedCauchy", "DiscreteGaussianNoise",
            "DiscreteLaplaceNoise", "Logistic", "Subbotin", "SymmetricStable"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _register() -> None:
+    """Register every law's family name (imports every law: what a registry lookup needs)."""
+    from tabdp import registry
+
+    for name, cls, aliases, tags in _FAMILIES:
+        registry.noise_law(name, __getattr__(cls), aliases=aliases, tags=tags)

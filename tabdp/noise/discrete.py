@@ -69,16 +69,22 @@ from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Rational
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtr, ndtri
 
+from tabdp._lazy_scipy import LazyModule
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.rng import RandomSource, as_random_source
+
+if TYPE_CHECKING:
+    import mpmath
+    import scipy.special as special
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    mpmath = LazyModule("mpmath")
+    special = LazyModule("scipy.special")
 
 __all__ = [
     "MIN_SCALE",
@@ -1069,7 +1075,7 @@ class DiscreteGaussianNoise(_DiscreteNoise):
             he3 = x**3 - 3.0 * x
             he5 = x**5 - 10.0 * x**3 + 15.0 * x
             corr = 0.5 + x / (12.0 * s) - he3 / (720.0 * s**3) + he5 / (30240.0 * s**5)
-            out = s * _SQRT_2PI * ndtr(-x) + f * corr
+            out = s * _SQRT_2PI * special.ndtr(-x) + f * corr
         return np.where(x > 40.0, 0.0, out)
 
     def logpmf(self, x: ArrayLike) -> np.ndarray:
@@ -1107,7 +1113,7 @@ class DiscreteGaussianNoise(_DiscreteNoise):
         return self._s2
 
     def _halfwidth_guess(self, tail: float) -> int:
-        return int(math.floor(self.sigma * -float(ndtri(0.5 * tail))))
+        return int(math.floor(self.sigma * -float(special.ndtri(0.5 * tail))))
 
     # -- high precision (mpmath) -------------------------------------------------------------
     def _mp_consts(self) -> tuple[Any, Any, Any]:

@@ -53,17 +53,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp._lazy_scipy import LazyModule
 from tabdp.exceptions import InvalidParameterError, TabdpInternalError
 from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.rounding import Rounding, mid_rad, rounder_for
 from tabdp.noise.rounding.certified import arb_context, arb_point_tail
 from tabdp.rng import as_random_source
+
+if TYPE_CHECKING:
+    import mpmath
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    mpmath = LazyModule("mpmath")
 
 __all__ = [
     "Grid",

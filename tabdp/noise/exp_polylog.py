@@ -25,13 +25,12 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import log_ndtr, ndtri_exp
 
-from tabdp._lazy_scipy import brentq
+from tabdp._lazy_scipy import LazyModule, brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.noise._base import NoiseDistribution
@@ -43,6 +42,11 @@ from tabdp.noise.rounding import (
     mp_quad_checked,
     solve_abs_isf,
 )
+
+if TYPE_CHECKING:
+    import scipy.special as special
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    special = LazyModule("scipy.special")
 
 __all__ = ["ExpPolyLog"]
 
@@ -369,7 +373,7 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
         elif self.p == 2.0:
             self._r2d = math.sqrt(2.0 * self.d)
             self._x0 = self._r2d * (0.5 / self.d - self._lo)  # ln K_{1/2} = log_ndtr(x0)
-            self._log_k = float(log_ndtr(self._x0))
+            self._log_k = float(special.log_ndtr(self._x0))
             self._c2 = (0.5 * math.log(self.d) - math.log(2.0 * self.sigma) - 0.25 / self.d
                         - 0.5 * _LOG_PI - self._log_k)
         else:
@@ -440,7 +444,7 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
             if self.p == 1.0:
                 return np.exp((1.0 - self.d) * s)
             if self.p == 2.0:
-                return np.exp(log_ndtr(self._x0 - self._r2d * s) - self._log_k)
+                return np.exp(special.log_ndtr(self._x0 - self._r2d * s) - self._log_k)
         return self._tail_s_general(s)
 
     def _tail_s_general(self, s: np.ndarray) -> np.ndarray:
@@ -482,10 +486,10 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
                 s = -np.log(uc) / (self.d - 1.0)
             elif self.p == 2.0:
                 lu = np.log(uc)
-                s = (self._x0 - ndtri_exp(lu + self._log_k)) / self._r2d
+                s = (self._x0 - special.ndtri_exp(lu + self._log_k)) / self._r2d
                 for _ in range(2):  # Newton polish: ndtri_exp loses digits far in the tail
                     y = self._x0 - self._r2d * s
-                    ln = log_ndtr(y)
+                    ln = special.log_ndtr(y)
                     f = ln - self._log_k - lu
                     rate = self._r2d * np.exp(-0.5 * y * y - _LOG_SQRT_2PI - ln)
                     s = np.where(np.isfinite(f) & (rate > 0), s + f / rate, s)
@@ -760,7 +764,7 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
             d = self.d
 
             def log_k(c: float) -> float:
-                return float(log_ndtr(-self._r2d * (self._lo - c / d)))
+                return float(special.log_ndtr(-self._r2d * (self._lo - c / d)))
 
             # E[(|Z|/σ)²] = r3 − 2a·r2 + a² = r3·(1 − 2·e^{ln a + lr2 − lr3} + e^{2 ln a − lr3})
             k15, k10 = log_k(1.5), log_k(1.0)

@@ -13,12 +13,12 @@ Both laws are composed with exact rounding (`tabdp.noise.rounding`; error analys
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import log_ndtr, ndtr, ndtri
 
+from tabdp._lazy_scipy import LazyModule
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.rounding import (
@@ -27,6 +27,11 @@ from tabdp.noise.rounding import (
     LaplaceBounds,
     Rounding,
 )
+
+if TYPE_CHECKING:
+    import scipy.special as special
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    special = LazyModule("scipy.special")
 
 __all__ = ["Gaussian", "Laplace"]
 
@@ -67,7 +72,7 @@ class Gaussian(NoiseDistribution):
         return -0.5 * z * z - _LOG_SQRT_2PI - np.log(self.sigma)
 
     def _sf_pos(self, x: np.ndarray) -> np.ndarray:
-        return ndtr(-x / self.sigma)
+        return special.ndtr(-x / self.sigma)
 
     def logsf(self, x: ArrayLike) -> np.ndarray:
         """Log survival function (accurate far in the tail).
@@ -82,10 +87,10 @@ class Gaussian(NoiseDistribution):
             >>> round(float(Gaussian(sigma=1.0).logsf(40.0)), 1)
             -804.6
         """
-        return log_ndtr(-np.asarray(x, dtype=np.float64) / self.sigma)
+        return special.log_ndtr(-np.asarray(x, dtype=np.float64) / self.sigma)
 
     def _abs_isf(self, u: np.ndarray) -> np.ndarray:
-        return -self.sigma * ndtri(0.5 * u)
+        return -self.sigma * special.ndtri(0.5 * u)
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = erfc(x/(σ√2))/2`` in mpmath.

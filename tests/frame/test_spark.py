@@ -864,8 +864,13 @@ import pickle, sys
 from pyspark import cloudpickle
 import pandas, pyarrow  # an Arrow UDF's worker has these
 before = set(sys.modules)
-for payload in pickle.load(sys.stdin.buffer):
-    cloudpickle.loads(payload)
+fns = [cloudpickle.loads(payload) for payload in pickle.load(sys.stdin.buffer)]
+if len(sys.argv) > 1:  # and call the charges and the per-cell quantile, as a worker does
+    import numpy as np
+    n = 1000
+    batch = pandas.DataFrame({c: np.arange(n, dtype=float) for c in sys.argv[1].split(",")})
+    for f in fns:
+        f(batch)
 new = sorted(set(sys.modules) - before)
 print(" ".join(new))
 """
@@ -900,7 +905,42 @@ def test_a_python_worker_unpickles_tabdps_functions_without_polars_or_the_engine
                           capture_output=True, check=True)
     new = done.stdout.decode().split()
     assert "tabdp.mechanisms.additive" in new  # the mechanism's module (the control)
-    heavy = [m for m in new if m.split(".")[0] == "polars"
+    heavy = [m for m in new if m.split(".")[0] in ("polars", "scipy", "mpmath")
+             or m.startswith(("tabdp.frame", "tabdp.release", "tabdp.report"))]
+    assert heavy == []
+
+
+def test_a_python_worker_computes_charges_and_quantiles_without_scipy_or_mpmath():
+    """The charges (the count default, a Gaussian, ExpPolyLog) and a cell's quantile, run cold.
+
+    Stop 68: unpickling a mechanism imported `tabdp.mechanisms` and `tabdp.noise` whole, with
+    SciPy's special functions and mpmath (0.41-0.45 CPU-s per new worker); the quantile's
+    per-cell function was a closure of the frame engine's module (Polars and the engine). Now
+    the packages load their names on first use and the noise laws import SciPy and mpmath when
+    a table or a tail needs them; the per-record policy needs neither. Each function is pickled
+    as PySpark pickles it, unpickled in a fresh interpreter and called on a batch.
+    """
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from tabdp import _spark_worker as w
+    from tabdp.frame._engine import count_mechanism
+    from tabdp.frame._spark import _IN
+
+    fns = [w.charge_fn(mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), ["x", "y"], "sum",
+                       {"x": 10, "y": 10}, _IN)[0],
+           w.charge_fn(mech.Gaussian(2.0), ["x"], "sum", {"x": 0}, _IN)[0],
+           w.charge_fn(count_mechanism(None), [], "count", {}, _IN)[0],
+           w.quantile_cell_fn("c", "v", 0.5, 1.0, (0.0, 100.0))]
+    assert type(count_mechanism(None)).__name__ == "DiscreteGaussian"  # the count default
+    cols = [f"{_IN}rows_in", *(f"{_IN}{k}:{m}" for k in "as" for m in "xy"), "c", "v"]
+    payload = pickle.dumps([cloudpickle.dumps(f) for f in fns])
+    done = subprocess.run([sys.executable, "-c", _UNPICKLE, ",".join(cols)], input=payload,
+                          capture_output=True, check=True)
+    new = done.stdout.decode().split()
+    assert {"tabdp.mechanisms.discrete", "tabdp.noise.exp_polylog"} <= set(new)  # the control
+    heavy = [m for m in new if m.split(".")[0] in ("polars", "scipy", "mpmath")
              or m.startswith(("tabdp.frame", "tabdp.release", "tabdp.report"))]
     assert heavy == []
 

@@ -23,25 +23,55 @@ Example:
     ('GaussianTaylorBounds', 'ArbTail')
 """
 
-from tabdp.noise.rounding._core import (
-    ExactTail,
-    NoBounds,
-    QuantileBounds,
-    Rounding,
-    mid_rad,
-)
-from tabdp.noise.rounding.certified import ArbShape, CertifiedBounds
-from tabdp.noise.rounding.closed_form import (
-    LaplaceBounds,
-    LogisticBounds,
-    RelErrorBounds,
-    ScaledBounds,
-)
-from tabdp.noise.rounding.compose import rounder_for
-from tabdp.noise.rounding.highprec import ArbTail, MpTail, mp_quad_checked, solve_abs_isf
-from tabdp.noise.rounding.taylor import GaussianTaylorBounds
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tabdp.noise.rounding._core import (
+        ExactTail,
+        NoBounds,
+        QuantileBounds,
+        Rounding,
+        mid_rad,
+    )
+    from tabdp.noise.rounding.certified import ArbShape, CertifiedBounds
+    from tabdp.noise.rounding.closed_form import (
+        LaplaceBounds,
+        LogisticBounds,
+        RelErrorBounds,
+        ScaledBounds,
+    )
+    from tabdp.noise.rounding.compose import rounder_for
+    from tabdp.noise.rounding.highprec import ArbTail, MpTail, mp_quad_checked, solve_abs_isf
+    from tabdp.noise.rounding.taylor import GaussianTaylorBounds
+
+# The names below are loaded on first use (PEP 562): a law imports the strategies it names, so a
+# Spark worker unpickling one law does not import the Gaussian's Taylor tables (mpmath, SciPy).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("ExactTail", "NoBounds", "QuantileBounds", "Rounding", "mid_rad"), "_core"),
+    **dict.fromkeys(("ArbShape", "CertifiedBounds"), "certified"),
+    **dict.fromkeys(("LaplaceBounds", "LogisticBounds", "RelErrorBounds", "ScaledBounds"),
+                    "closed_form"),
+    "rounder_for": "compose",
+    **dict.fromkeys(("ArbTail", "MpTail", "mp_quad_checked", "solve_abs_isf"), "highprec"),
+    "GaussianTaylorBounds": "taylor",
+}
 
 __all__ = ["Rounding", "rounder_for", "QuantileBounds", "ExactTail", "NoBounds", "RelErrorBounds",
            "LaplaceBounds", "LogisticBounds", "ScaledBounds", "GaussianTaylorBounds",
            "CertifiedBounds", "ArbShape", "MpTail", "ArbTail", "mp_quad_checked",
            "solve_abs_isf", "mid_rad"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

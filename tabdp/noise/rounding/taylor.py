@@ -15,16 +15,22 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mpmath
 import numpy as np
-from scipy.special import ndtri
 
 from tabdp import _cache
+from tabdp._lazy_scipy import LazyModule
 from tabdp.exceptions import TabdpInternalError
 from tabdp.noise.rounding._core import UNIT_ROUNDOFF, QuantileBounds
 from tabdp.noise.rounding.certified import NodeRegion
+
+if TYPE_CHECKING:
+    import mpmath
+    import scipy.special as special
+else:  # imported on first use, never by a Spark worker that unpickles a mechanism
+    mpmath = LazyModule("mpmath")
+    special = LazyModule("scipy.special")
 
 __all__ = ["GaussianTaylorBounds", "gaussian_table"]
 
@@ -187,7 +193,7 @@ class _TaylorTable(NodeRegion):
         per = 1 << self.kbits
         e = self.e_lo + b
         u0 = np.ldexp(1.0 + np.arange(per) / per, e)
-        guess = -ndtri(0.5 * u0)
+        guess = -special.ndtri(0.5 * u0)
         d = self.degree
         mf = np.empty(per)
         phif = np.empty(per)
