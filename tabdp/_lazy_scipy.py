@@ -19,9 +19,11 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from types import ModuleType
 from typing import Any
 
-__all__ = ["brentq", "minimize_scalar", "quad", "CubicSpline", "LazyModule"]
+__all__ = ["brentq", "minimize_scalar", "quad", "CubicSpline", "LazyModule", "submodule"]
 
 
 class LazyModule:
@@ -54,6 +56,33 @@ class LazyModule:
 
     def __repr__(self) -> str:
         return f"<lazy module {self._lazy_name!r}>"
+
+
+def submodule(package: str, name: str) -> ModuleType | None:
+    """``package.name`` imported, when ``name`` is a submodule of ``package`` (else None).
+
+    For the ``__getattr__`` of a package that loads its names lazily (PEP 562): importing such a
+    package no longer imports its submodules, so ``tabdp.mechanisms.smooth.choose_gamma`` after
+    a bare ``import tabdp`` would raise AttributeError; the package imports the submodule on
+    first read instead (the import then sets it as the package's attribute).
+
+    Args:
+        package: The package's dotted name.
+        name: The attribute read.
+
+    Returns:
+        The submodule, or None when ``package`` has no submodule ``name``.
+
+    Example:
+        >>> submodule("tabdp.noise", "gaussian").__name__
+        'tabdp.noise.gaussian'
+        >>> submodule("tabdp.noise", "Gaussian") is None
+        True
+    """
+    if name.startswith("__"):  # dunders probed by copy, pickle, inspect: never submodules
+        return None
+    found = importlib.util.find_spec(f"{package}.{name}")
+    return None if found is None else importlib.import_module(found.name)
 
 
 def brentq(*args: Any, **kwargs: Any) -> Any:

@@ -25,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tabdp._deprecation import moved_name
+from tabdp._lazy_scipy import submodule
 
 if TYPE_CHECKING:
     from tabdp.mechanisms._base import (
@@ -127,6 +128,9 @@ def __getattr__(name: str) -> Any:
     if name in _MOVED:
         home = _MOVED[name]
         return moved_name(__name__, name, home, getattr(importlib.import_module(home), name))
+    module = submodule(__name__, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
+    if module is not None:
+        return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

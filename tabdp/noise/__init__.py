@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tabdp._lazy_scipy import submodule
+
 if TYPE_CHECKING:
     from tabdp.noise._base import NoiseDistribution
     from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
@@ -64,6 +66,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         globals()[name] = value
         return value
+    module = submodule(__name__, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
+    if module is not None:
+        return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
