@@ -125,15 +125,16 @@ def check_level(level: float) -> float:
                       hint="use e.g. level=0.9 for 90% margins of error")
 
 
-#: The largest coefficient-of-variation threshold accepted (``cv_flag``, ``suppress_cv``): a cv
-#: is ``sd / |estimate|`` written as a fraction (0.3 is 30 %), and a threshold above 1 (an sd
-#: larger than the estimate) is almost always a percentage written as a whole number
-#: (``cv_flag = 30`` would flag only cells whose sd is 30 times their estimate).
-CV_THRESHOLD_MAX = 1.0
+#: Coefficient-of-variation thresholds (``cv_flag``, ``suppress_cv``) must be below this: a cv
+#: is ``sd / |estimate|`` written as a fraction (0.3 is 30 %). A threshold above 1 (an sd larger
+#: than the estimate, e.g. ``suppress_cv = 2``) is meaningful and accepted; one of 5 or more
+#: (an sd five times the estimate) is almost always a percentage written as a whole number
+#: (``cv_flag = 30`` would flag only cells whose sd is 30 times their estimate), so it is refused.
+CV_THRESHOLD_LIMIT = 5.0
 
 
 def cv_threshold_fix(value: float, name: str = "cv_flag") -> str:
-    """The fix for a cv threshold above `CV_THRESHOLD_MAX` (most likely a percentage).
+    """The fix for a cv threshold of `CV_THRESHOLD_LIMIT` or more (most likely a percentage).
 
     Args:
         value: The threshold received.
@@ -144,15 +145,15 @@ def cv_threshold_fix(value: float, name: str = "cv_flag") -> str:
 
     Example:
         >>> cv_threshold_fix(30)
-        'write cv_flag = 0.3 for 30 % (a cv is a fraction: sd / |estimate|, at most 1).'
+        'write cv_flag = 0.3 for 30 % (a cv is a fraction: sd / |estimate|, below 5).'
     """
     pct = f"write {name} = {value / 100:g} for {value:g} % " if value <= 100 else (
         f"write {name} as a fraction, e.g. {name} = 0.3 for 30 % ")
-    return pct + "(a cv is a fraction: sd / |estimate|, at most 1)."
+    return pct + f"(a cv is a fraction: sd / |estimate|, below {CV_THRESHOLD_LIMIT:g})."
 
 
 def check_cv_threshold(name: str, value: Any, *, owner: str) -> float:
-    """Validate a coefficient-of-variation threshold: a number in (0, 1].
+    """Validate a coefficient-of-variation threshold: a number in (0, 5).
 
     Args:
         name: Parameter name, used in the message.
@@ -163,7 +164,7 @@ def check_cv_threshold(name: str, value: Any, *, owner: str) -> float:
         The threshold as float.
 
     Raises:
-        InvalidParameterError: Not a number in (0, 1] (``30``: the hint says to write 0.3).
+        InvalidParameterError: Not a number in (0, 5) (``30``: the hint says to write 0.3).
 
     Example:
         >>> check_cv_threshold("cv_flag", 0.3, owner="forecast")
@@ -171,9 +172,9 @@ def check_cv_threshold(name: str, value: Any, *, owner: str) -> float:
     """
     x = check_real(name, value, owner=owner, gt=0.0,
                    hint=f"a coefficient of variation such as {name}=0.3 (30 %)")
-    if x > CV_THRESHOLD_MAX:
+    if x >= CV_THRESHOLD_LIMIT:
         raise InvalidParameterError(
-            f"{owner}: {name} must be > 0 and at most {CV_THRESHOLD_MAX:g} (a coefficient of "
+            f"{owner}: {name} must be > 0 and below {CV_THRESHOLD_LIMIT:g} (a coefficient of "
             f"variation as a fraction); got {value!r}.\nHint: "
             + cv_threshold_fix(x, name).replace(f"{name} = ", f"{name}="))
     return x

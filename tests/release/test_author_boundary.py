@@ -525,7 +525,7 @@ _FULL = release_spec(
                              source='dataset = "cbp"', unit=None),
     sections=hierarchies(files={"geo": "geography.csv", "industry": "naics.csv"})
     + '[budget.rho]\n"1" = 0.2\n"1e4" = 2.0\n"1e8" = 5.0\n'
-    '[publication]\ncv_flag = 0.3\nsuppress_cv = 1.0\nnegative = "flag"\n',
+    '[publication]\ncv_flag = 0.3\nsuppress_cv = 2.0\nnegative = "flag"\n',
     output=False)
 
 

@@ -1001,11 +1001,11 @@ def test_author_mode_refuses_every_strict_rule_at_once(meta: Path) -> None:
 @pytest.mark.parametrize(("key", "value", "fix"), [
     ("cv_flag", 30, "write cv_flag = 0.3 for 30 %"),
     ("suppress_cv", 50, "write suppress_cv = 0.5 for 50 %"),
-    ("cv_flag", 1.5, "write cv_flag = 0.015 for 1.5 %"),
+    ("cv_flag", 5, "write cv_flag = 0.05 for 5 %"),
     ("cv_flag", 300, "as a fraction"),
 ])
-def test_cv_threshold_above_one_is_refused(meta: Path, key: str, value: float,
-                                           fix: str) -> None:
+def test_cv_threshold_written_as_a_percentage_is_refused(meta: Path, key: str, value: float,
+                                                         fix: str) -> None:
     """A cv threshold is a fraction: 30 (meant as 30 %) passed silently before stop 68."""
     for where in ("publication", "table"):
         data = _base()
@@ -1019,7 +1019,21 @@ def test_cv_threshold_above_one_is_refused(meta: Path, key: str, value: float,
             parse_spec(data, meta)
         text = str(info.value)
         assert info.value.path == path
-        assert f"got {value}" in text and "at most 1" in text and fix in text, text
-    data = _base()
-    data["publication"] = {"cv_flag": 1.0, "suppress_cv": 1.0}  # the documented maximum
-    assert parse_spec(data, meta).publication.suppress_cv == 1.0
+        assert f"got {value}" in text and "below 5" in text and fix in text, text
+
+
+@pytest.mark.parametrize("value", [0.05, 1.0, 1.5, 2.0, 4.99])
+def test_cv_threshold_above_one_is_accepted(meta: Path, value: float) -> None:
+    """An sd above the estimate is a meaningful threshold (``suppress_cv = 2``): only values of
+    5 or more, almost surely percentages, are refused (review rev68x: the (0, 1] check of
+    stop 68's first version refused last year's ``suppress_cv = 2.0`` and its hint said to
+    write 0.02, which would withhold nearly every cell)."""
+    for where in ("publication", "table"):
+        data = _base()
+        if where == "publication":
+            data["publication"] = {"cv_flag": value, "suppress_cv": value}
+            pub = parse_spec(data, meta).publication
+        else:
+            data["tables"][0]["publication"] = {"cv_flag": value, "suppress_cv": value}
+            pub = parse_spec(data, meta).tables[0].publication
+        assert (pub.cv_flag, pub.suppress_cv) == (value, value)

@@ -125,7 +125,7 @@ The TOML schema (every key not listed is refused)::
     [publication]                   # optional defaults for every table (a table may override)
     cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3);
                                     # a fraction in (0, 1]: 0.3 is 30 % (30 is refused)
-    suppress_cv = 1.0               # optional, in (0, 1]: withhold (null) estimates where
+    suppress_cv = 1.0               # optional, in (0, 5): withhold (null) estimates where
                                     # cv >= this ("S" alone: no C or N); the published
                                     # intervals stay
                                     # unconditional, so published small cells cover less

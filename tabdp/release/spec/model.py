@@ -163,7 +163,7 @@ class Publication:
     negative: str = "flag"
 
     def __post_init__(self) -> None:
-        """Refuse a cv threshold outside (0, 1] (``30`` meant as 30 %: the fix says 0.3)."""
+        """Refuse a cv threshold outside (0, 5) (``30`` meant as 30 %: the fix says 0.3)."""
         for name in ("cv_flag", "suppress_cv"):
             value = getattr(self, name)
             if value is not None:

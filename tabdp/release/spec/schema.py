@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from tabdp import registry
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._reserved import ROW_ID as _ROW_ID
-from tabdp._validation import CV_THRESHOLD_MAX, bounds_text, cv_threshold_fix, first_fall
+from tabdp._validation import CV_THRESHOLD_LIMIT, bounds_text, cv_threshold_fix, first_fall
 from tabdp.exceptions import SpecError
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
@@ -296,10 +296,10 @@ def _cv(value: Any, path: str) -> float | None:
     if value is True:
         _fail(path, "must be a number > 0 or false; got true.", hint)
     x = _number(value, path, what="the cv threshold", gt=0.0, hint=hint)
-    if x > CV_THRESHOLD_MAX:
+    if x >= CV_THRESHOLD_LIMIT:
         # a cv is a fraction: 30 (meant as 30 %) would flag only cells whose sd is 30 times
         # their estimate, that is almost none, silently (review rev67w)
-        _fail(path, f"the cv threshold must be > 0 and at most {CV_THRESHOLD_MAX:g} (a "
+        _fail(path, f"the cv threshold must be > 0 and below {CV_THRESHOLD_LIMIT:g} (a "
                     f"coefficient of variation, sd / |estimate|, written as a fraction); got "
                     f"{_show(value)}.", cv_threshold_fix(x, path.rsplit(".", 1)[-1]))
     return x
