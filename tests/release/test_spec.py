@@ -1024,8 +1024,9 @@ def test_cv_threshold_written_as_a_percentage_is_refused(meta: Path, key: str, v
 
 @pytest.mark.parametrize("value", [0.05, 1.0, 1.5, 2.0, 4.99])
 def test_cv_threshold_above_one_is_accepted(meta: Path, value: float) -> None:
-    """An sd above the estimate is a meaningful threshold (``suppress_cv = 2``): only values of
-    5 or more, almost surely percentages, are refused (review rev68x: the (0, 1] check of
+    """An sd above the estimate is a meaningful threshold (``suppress_cv = 2``).
+
+    Only values of 5 or more, almost surely percentages, are refused (review rev68x: the (0, 1] check of
     stop 68's first version refused last year's ``suppress_cv = 2.0`` and its hint said to
     write 0.02, which would withhold nearly every cell)."""
     for where in ("publication", "table"):
