@@ -31,6 +31,7 @@ import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _loop  # noqa: E402
 from _engines import ENGINES, as_engine, as_polars, build_frame, spark_session  # noqa: E402
 
 _CACHE_ENV = "TABDP_CACHE_DIR"
@@ -46,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
     ``pytest -n`` (pytest-xdist) the workers share the controller's folder: a table is built
     once per run (the cache is safe for concurrent writers, tests/noise/test_table_cache.py).
     """
+    # the local loop (`make test-fast`: -m "not slow ..."): tests/_loop.examples() draws fewer
+    # Hypothesis examples there; CI (no -m) draws the full counts
+    _loop.FAST_LOOP = "not slow" in (config.getoption("markexpr", "") or "")
     shared = os.environ.get(_SHARED_ENV) if hasattr(config, "workerinput") else None
     if shared:  # a pytest-xdist worker: the controller's folder (the controller removes it)
         config.stash[_CACHE_KEY] = (None, None)
@@ -292,7 +296,10 @@ FAST_SUBSETS: dict[str, frozenset[str]] = {
 #: Doctests of whole releases (the example spec end to end, about 4-6 s each): CI only. Their
 #: modules' other examples and the CLI and runner tests cover the same calls in the local loop.
 CI_ONLY_DOCTESTS = frozenset({"tabdp.release.runner.run_release",
-                              "tabdp.release._plan.write_plan"})
+                              "tabdp.release._plan.write_plan",
+                              # the module's example: plan_table's own example (the same call
+                              # with a third family) stays in the loop
+                              "tabdp.planning"})
 
 
 def _fast_subset_key(item: pytest.Item) -> str:
