@@ -77,6 +77,18 @@ test: $(STAMP)
 # after 5 minutes), so no wall time was measured. Cut, CI only: the Spark memory test's rows
 # (1M/10M -> 250k/2.5M, about 85 s of 144 s by its own timings) and the Ledger kill test's
 # minimum run count (20 -> 12).
+# Stop 68 (2026-12-07, main at ec7af09): 7,595 tests collected, 6,522 in this loop; the machine
+# shared again. Before: 14 min 7 s wall (load 1.4 rising to 16), 557 s of CPU. Then 7,596
+# collected, 6,519 here: 24 min 27 s wall at load 8-18 (693 s of CPU: under that load CPU
+# seconds inflate too, so neither total compares); again at load 3.3-6.6 (the run got 93% of a
+# CPU): 10 min 51 s wall, 608 s of CPU, the two workers' tests 624 and 615 s (balanced). Paired, in the same minutes at load 3.5-6.5,
+# the changed tests' files took 36.2 and 36.4 CPU-s on main, 20.5 and 19.4 here (-16 CPU-s,
+# about 3% of the loop). Cut: fewer Hypothesis examples here (tests/_loop.examples; CI keeps the
+# full counts); CI only: the CLI batch-size run at 211 rows, the buffered full-disk run, the
+# quadrature tail's second cell, tabdp.planning's module example. A profile of a whole release
+# run in-process (tests/release/test_left_out.py) put most of its time in drawing the public
+# figures (matplotlib's savefig and constrained layout): the loop's whole-release tests are
+# bound by that drawing, the figure cache hitting only for identical inputs.
 test-fast: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 

@@ -23,6 +23,7 @@ from tabdp.exceptions import UsabilityWarning
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_engine  # noqa: E402
+from _loop import examples  # noqa: E402
 
 # Nearly noiseless releases read the true totals. sigma=1e-6, not smaller: its default grid 1e-8
 # is the finest float64 holds exactly for totals up to 1.1e4 (docs/exact-rounding.md).
@@ -568,7 +569,7 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, engine):
     The fixed frame: unit 0 in cell "a" and the null cell, unit 1 only outside the key set.
     """
 
-    @settings(max_examples=4 if engine == "spark" else 30, deadline=None)
+    @settings(max_examples=4 if engine == "spark" else examples(30, 10), deadline=None)
     @given(data=small_frames())
     @example(data={"u": [0, 0, 1, 2, 2], "c": ["a", None, "z", "b", "b"],
                    "x": [-40.0, 5.0, 30.0, 0.0, 7.0], "y": [1000.0, 0.0, 250.0, 1.0, 0.0]})

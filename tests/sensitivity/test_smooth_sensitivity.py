@@ -15,6 +15,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from _loop import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse import csr_matrix
@@ -123,7 +124,7 @@ def test_clipping_to_bounds() -> None:
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=examples(250, 60), deadline=None)
 @given(values=st.lists(finite, max_size=40), q=st.sampled_from(QS + [0.1, 0.33, 0.75]),
        gamma=st.sampled_from([1e-3, 0.05, 0.3, 1.0, 4.0]))
 def test_divide_and_conquer_equals_formula(values: list[float], q: float, gamma: float) -> None:
@@ -145,7 +146,7 @@ def test_divide_and_conquer_equals_formula_on_heavy_data() -> None:
 
 
 # -- the properties the mechanisms rely on ---------------------------------------------------------
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300, 75), deadline=None)
 @given(values=st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=30),
        q=st.sampled_from(QS + [0.1, 0.75]), gamma=st.sampled_from([0.01, 0.1, 0.5, 2.0]),
        data=st.data())
@@ -255,7 +256,7 @@ def test_properties_hold_for_add_remove_neighbours_exhaustively(q: float) -> Non
                 _check_add_remove([float(v) for v in m], float(y), q, 0.4, 0.0, 4.0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200, 50), deadline=None)
 @given(values=st.lists(st.floats(0, 100, allow_nan=False), max_size=30),
        y=st.floats(-10, 110, allow_nan=False), q=st.sampled_from(QS + [0.1, 0.75]),
        gamma=st.sampled_from([0.01, 0.1, 0.5, 2.0]))
