@@ -1026,9 +1026,10 @@ def test_cv_threshold_written_as_a_percentage_is_refused(meta: Path, key: str, v
 def test_cv_threshold_above_one_is_accepted(meta: Path, value: float) -> None:
     """An sd above the estimate is a meaningful threshold (``suppress_cv = 2``).
 
-    Only values of 5 or more, almost surely percentages, are refused (review rev68x: the (0, 1] check of
-    stop 68's first version refused last year's ``suppress_cv = 2.0`` and its hint said to
-    write 0.02, which would withhold nearly every cell)."""
+    Only values of 5 or more, almost surely percentages, are refused (review rev68x: the
+    (0, 1] check of stop 68's first version refused last year's ``suppress_cv = 2.0`` and its
+    hint said to write 0.02, which would withhold nearly every cell).
+    """
     for where in ("publication", "table"):
         data = _base()
         if where == "publication":
