@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["brentq", "minimize_scalar", "quad", "CubicSpline", "LazyModule", "submodule"]
+__all__ = ["brentq", "minimize_scalar", "quad", "CubicSpline", "LazyModule", "submodule",
+           "lazy_package"]
 
 
 class LazyModule:
@@ -83,6 +85,61 @@ def submodule(package: str, name: str) -> ModuleType | None:
         return None
     found = importlib.util.find_spec(f"{package}.{name}")
     return None if found is None else importlib.import_module(found.name)
+
+
+def lazy_package(package: str, lazy: Mapping[str, str], names: Sequence[str],
+                 namespace: MutableMapping[str, Any],
+                 fallback: Callable[[str], Any] | None = None,
+                 hidden: frozenset[str] = frozenset(),
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's PEP 562 ``__getattr__`` and ``__dir__``: its names loaded on first use.
+
+    A public name is imported from its module when first read and then kept in the package's
+    namespace (later reads are plain); a submodule is imported when first read as an attribute
+    (`submodule`), as it was reachable when the package imported every submodule.
+
+    Args:
+        package: The package's dotted name (``__name__``).
+        lazy: Public name → the module defining it: a submodule's name relative to the package
+            (``"additive"``) or a dotted absolute name (``"tabdp.privacy.budget"``).
+        names: The package's ``__all__``.
+        namespace: The package's ``globals()``.
+        fallback: Called with a name that is neither lazy nor a submodule, before the
+            AttributeError (e.g. a moved name's deprecation path); it raises KeyError to decline.
+        hidden: Names left out of ``dir()`` (moved names).
+
+    Returns:
+        ``(__getattr__, __dir__)``, to assign at module level.
+
+    Example:
+        >>> getattr_, dir_ = lazy_package("tabdp.noise", {"Gaussian": "gaussian"}, ["Gaussian"], {})
+        >>> getattr_("Gaussian").__module__, "Gaussian" in dir_()
+        ('tabdp.noise.gaussian', True)
+        >>> getattr_("gaussian").__name__
+        'tabdp.noise.gaussian'
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name in lazy:
+            home = lazy[name]
+            module = importlib.import_module(home if "." in home else f"{package}.{home}")
+            value = getattr(module, name)
+            namespace[name] = value
+            return value
+        if fallback is not None:
+            try:
+                return fallback(name)
+            except KeyError:
+                pass
+        found = submodule(package, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
+        if found is not None:
+            return found
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted((set(namespace) | set(names)) - hidden)
+
+    return __getattr__, __dir__
 
 
 def brentq(*args: Any, **kwargs: Any) -> Any:

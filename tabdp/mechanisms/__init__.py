@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tabdp._deprecation import moved_name
-from tabdp._lazy_scipy import submodule
+from tabdp._lazy_scipy import lazy_package
 
 if TYPE_CHECKING:
     from tabdp.mechanisms._base import (
@@ -120,22 +120,13 @@ _MOVED: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    if name in _MOVED:
-        home = _MOVED[name]
-        return moved_name(__name__, name, home, getattr(importlib.import_module(home), name))
-    module = submodule(__name__, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
-    if module is not None:
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _moved(name: str) -> Any:
+    home = _MOVED[name]  # KeyError: not a moved name
+    return moved_name(__name__, name, home, getattr(importlib.import_module(home), name))
 
 
-def __dir__() -> list[str]:
-    return sorted((set(globals()) | set(__all__)) - set(_MOVED))
+__getattr__, __dir__ = lazy_package(__name__, _LAZY, __all__, globals(), fallback=_moved,
+                                    hidden=frozenset(_MOVED))
 
 
 def _register() -> None:

@@ -11,10 +11,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tabdp._lazy_scipy import submodule
+from tabdp._lazy_scipy import lazy_package
 
 if TYPE_CHECKING:
     from tabdp.noise._base import NoiseDistribution
@@ -61,19 +60,7 @@ __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "E
            "DiscreteLaplaceNoise", "Logistic", "Subbotin", "SymmetricStable"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    module = submodule(__name__, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
-    if module is not None:
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_package(__name__, _LAZY, __all__, globals())
 
 
 def _register() -> None:

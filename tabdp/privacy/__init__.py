@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tabdp._lazy_scipy import lazy_package
 
 if TYPE_CHECKING:
     from tabdp.privacy.budget import Budget
@@ -34,13 +35,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["Budget", "Ledger", "QueryRecord", "UnitLosses", "Report", "Session", "last_session"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tabdp.privacy' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_package(__name__, _LAZY, __all__, globals())

@@ -25,10 +25,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tabdp._lazy_scipy import submodule
+from tabdp._lazy_scipy import lazy_package
 
 if TYPE_CHECKING:
     from tabdp.noise.rounding._core import (
@@ -67,16 +66,4 @@ __all__ = ["Rounding", "rounder_for", "QuantileBounds", "ExactTail", "NoBounds",
            "solve_abs_isf", "mid_rad"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    module = submodule(__name__, name)  # e.g. tabdp.mechanisms.smooth after `import tabdp`
-    if module is not None:
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_package(__name__, _LAZY, __all__, globals())
