@@ -928,7 +928,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
 def _widened(data: pl.DataFrame, wide: pl.DataFrame) -> pl.DataFrame:
     """``data``'s Int64 measures with nulls (values beyond 64 bits) widened to Int128.
 
-    ``wide`` holds those rows (``ROW_ID``: each its position in ``data``) with their exact
+    ``wide`` holds those rows (by ``ROW_ID``, the row ids of ``data``) with their exact
     Int128 values (`_snapshot_plan`); a column without nulls stays Int64.
 
     Example:
@@ -943,8 +943,13 @@ def _widened(data: pl.DataFrame, wide: pl.DataFrame) -> pl.DataFrame:
     cols = [m for m in wide.columns if m != ROW_ID and data[m].null_count()]
     if not cols:
         return data
-    pos = wide[ROW_ID]
-    return data.with_columns(data[m].cast(pl.Int128).scatter(pos, wide[m]) for m in cols)
+    # a left join on the row ids, not `Series.scatter`: Polars 1.32 (the floor) cannot scatter
+    # into an Int128 Series ("not yet implemented for dtype: i128")
+    patch = data.select(ROW_ID).join(
+        wide.select(ROW_ID, *[pl.col(m).alias(f"{m}\x00wide") for m in cols]),
+        on=ROW_ID, how="left", maintain_order="left")
+    return data.with_columns(
+        pl.coalesce(patch[f"{m}\x00wide"], data[m].cast(pl.Int128)).alias(m) for m in cols)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
